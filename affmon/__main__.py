@@ -1,0 +1,3 @@
+from affmon.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,330 @@
+"""Read a ``Topology`` from an hwloc XML file (``lstopo --of xml``, hwloc 2.x format).
+
+Only the standard library's ``xml.etree.ElementTree`` is used. The DOCTYPE hwloc
+writes (``hwloc2.dtd``) is never fetched: expat does not load external DTDs or
+external entities. hwloc never declares entities, so a file that does is refused; an
+undefined entity is a parse error in text, and in an attribute (where expat drops it)
+leaves a value that fails its own check.
+
+Versions
+    ``<topology version="2.0">`` (and any ``2.x``) is the format this reader is written
+    for. hwloc 3.0 writes ``version="3.0"`` with the same ``object`` elements and the
+    same attributes for everything read here (``type``, ``os_index``, ``cpuset``,
+    ``nodeset``, ``allowed_cpuset``, ``depth``, ``cache_type``, ``pci_busid``,
+    ``pci_type``); it drops ``gp_index`` and adds top-level elements
+    (``pci_locality``, ``cpukind``, ...), which are ignored. So ``3.x`` is accepted,
+    and the same checks apply: a root object and at least one PU with an ``os_index``
+    must be present, or the file is refused. hwloc 1.x XML (``<topology>`` without a
+    ``version`` attribute, ``version="1.x"``, or the old ``<root>`` element) is
+    refused with a one-line message asking for a re-export with hwloc 2: its NUMA
+    nodes are parents of CPUs and its caches have another shape.
+
+What is read
+    * Online CPUs: the ``os_index`` of every ``PU`` object in the tree. hwloc only
+      creates PU objects for online CPUs; offline ones appear solely in the
+      ``complete_cpuset`` masks (``16em64t-4s2c2t-offlines``: complete 0-15, PUs
+      0,1,3,4,6,12,15). A file exported without ``--disallowed`` from a restricted
+      process (cgroup, cpuset) has no PU objects for the CPUs it could not use, so
+      those are missing here too: the XML no longer says they exist.
+    * Allowed CPUs: the root object's ``allowed_cpuset`` intersected with the online
+      CPUs; all online CPUs when the attribute is absent.
+    * NUMA nodes: every ``NUMANode`` object by ``os_index`` (sparse ids kept) with its
+      ``cpuset`` (intersected with the online CPUs). hwloc 2 attaches memory objects
+      to a parent instead of putting CPUs under them, and a node's cpuset is the set of
+      CPUs it is local to, so a node without CPUs of its own (HBM, GPU memory) that
+      hwloc attached to a CPU-bearing parent has that parent's CPUs, exactly as
+      hwloc's tools report it; a node hwloc could not place (attached to an empty
+      Group) has none.
+    * Packages: ``Package`` objects by ``os_index`` (-1 when the file has none) with the
+      online CPUs under them; a package with no online CPU is left out.
+    * Cores: each ``Core`` object's PUs, with the ``os_index`` of the ``Package`` above
+      it (-1 when there is none). A PU with no Core above it is a core of its own.
+    * Cache groups: the objects of the highest cache level present (``L<n>Cache``,
+      level from the ``depth`` attribute), leaving out instruction caches
+      (``L<n>iCache``, ``cache_type="2"``) and memory-side caches (``MemCache``), each
+      with the PUs under it.
+    * GPUs: ``PCIDev`` objects whose ``pci_type`` (``"0302 [10de:1db5] [10de:1249] a1"``:
+      class, [vendor:device], [subvendor:subdevice], revision...) is a display class of
+      a GPU vendor (``gpu_vendor``). The bus id is ``pci_busid``, lower-cased.
+      ``local_cpus`` is the cpuset of the first ancestor that is not an I/O object
+      (the first one with a cpuset: Bridge, PCIDev and OSDev have none), which is what
+      ``hwloc_get_non_io_ancestor_obj`` gives; an empty cpuset there (a device under a
+      CPU-less Group) is reported as unknown (None), and so is its node. ``numa_node``
+      is the node of that ancestor's ``nodeset`` when exactly one NUMA node of the
+      nodeset has CPUs; otherwise (none, or several, as for a GPU hwloc placed under a
+      whole Group or Machine, or beside an HBM node that shares the CPUs) it is None:
+      unknown, never a guess. The nodeset is the one written in the file; hwloc
+      recomputes nodesets when it loads a file, which only differs for hand-edited
+      files.
+
+Objects of other types (Machine, Group, Die, Misc, MemCache, caches below the top
+level, Bridge, OSDev) are walked through; only ``object`` elements are descended into.
+
+Errors: a file that cannot be read is a ``SourceError``; anything wrong with its
+content (not XML, truncated, not hwloc, wrong version, missing or malformed
+attribute) is a ``ParseError``. Both carry one line naming the file.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from typing import NamedTuple
+
+from affmon.core.cpuset import CpuSet, parse_cpumask
+from affmon.core.errors import ParseError, SourceError
+from affmon.core.topology import (
+    CacheGroup,
+    Core,
+    Gpu,
+    NumaNode,
+    Package,
+    Topology,
+    gpu_vendor,
+    normalize_bus_id,
+)
+
+SOURCE = "hwloc-xml"
+
+# Objects of these types carry no cpuset: locality comes from the first other ancestor.
+_IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})
+# hwloc 2 cache type names: L1Cache..L5Cache (data or unified), L1iCache..L3iCache.
+_CACHE_TYPE = re.compile(r"L(\d+)([diu]?)Cache")
+_INSTRUCTION_CACHE = "2"  # cache_type attribute: 0 unified, 1 data, 2 instruction
+# "0302 [10de:1db5] [10de:1249] a1": class (base+sub), then [vendor:device].
+_PCI_TYPE = re.compile(r"\s*([0-9A-Fa-f]{1,4})\s+\[([0-9A-Fa-f]{1,4}):([0-9A-Fa-f]{1,4})\]")
+_VERSION = re.compile(r"(\d+)(?:\.\d+)*")
+_V1_HINT = "is hwloc XML v1; re-export it with hwloc 2 (lstopo --of xml)"
+
+
+class _Ctx(NamedTuple):
+    """What an object inherits from its ancestors during the walk."""
+
+    package: int | None  # os_index of the nearest Package (-1: it has none); None: no Package
+    core: int | None  # serial of the nearest Core element
+    caches: tuple[tuple[int, int], ...]  # (level, serial) of enclosing data/unified caches
+    locality: ET.Element | None  # nearest ancestor-or-self with a cpuset, not an I/O object
+
+
+class _Pu(NamedTuple):
+    serial: int
+    ctx: _Ctx
+
+
+def read_hwloc_xml(path: str) -> Topology:
+    """Build the ``Topology`` an hwloc 2.x (or 3.x) XML export describes (module doc)."""
+    root = _parse(path, _read(path))
+    machine = _root_object(path, root)
+    return _build(path, machine)
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        reason = exc.strerror or exc.__class__.__name__
+        raise SourceError(f"cannot read hwloc XML {path}: {reason}") from None
+
+
+def _parse(path: str, data: bytes) -> ET.Element:
+    if not data.strip():
+        raise ParseError(f"{path}: empty file, not hwloc XML")
+    if b"<!ENTITY" in data:
+        # hwloc never declares entities; refusing them rules out entity expansion
+        # tricks (external entities, exponential expansion) whatever expat allows.
+        raise ParseError(f"{path}: entity declarations are not allowed in hwloc XML")
+    try:
+        return ET.fromstring(data)
+    except ET.ParseError as exc:
+        raise ParseError(f"{path}: malformed XML: {_one_line(str(exc))}") from None
+    except (ValueError, LookupError) as exc:
+        raise ParseError(f"{path}: unreadable XML: {_one_line(str(exc))}") from None
+
+
+def _root_object(path: str, root: ET.Element) -> ET.Element:
+    if root.tag == "root":
+        raise ParseError(f"{path} {_V1_HINT}")
+    if root.tag != "topology":
+        raise ParseError(f"{path}: not hwloc XML (root element <{_one_line(root.tag)[:40]}>)")
+    version = root.get("version")
+    if version is None:
+        raise ParseError(f"{path} {_V1_HINT}")
+    match = _VERSION.fullmatch(version.strip())
+    major = int(match.group(1)) if match else None
+    if major == 1:
+        raise ParseError(f"{path} {_V1_HINT}")
+    if major not in (2, 3):
+        raise ParseError(f"{path}: unsupported hwloc XML version {_one_line(version)[:20]!r} (expected 2.x or 3.x)")
+    objects = root.findall("object")
+    if len(objects) != 1:
+        raise ParseError(f"{path}: expected one root object in <topology>, found {len(objects)}")
+    return objects[0]
+
+
+def _build(path: str, machine: ET.Element) -> Topology:
+    pus: dict[int, _Pu] = {}
+    numa_elems: list[ET.Element] = []
+    gpu_elems: list[tuple[ET.Element, ET.Element | None]] = []
+
+    serial = 0
+    stack: list[tuple[ET.Element, _Ctx]] = [(machine, _Ctx(None, None, (), None))]
+    while stack:
+        elem, ctx = stack.pop()
+        serial += 1
+        kind = elem.get("type")
+        if kind is None:
+            raise ParseError(f"{path}: <object> without a type attribute")
+        if kind not in _IO_TYPES and elem.get("cpuset") is not None:
+            ctx = ctx._replace(locality=elem)
+        if kind == "PU":
+            cpu = _int_attr(path, elem, "os_index")
+            if cpu in pus:
+                raise ParseError(f"{path}: PU os_index {cpu} appears twice")
+            pus[cpu] = _Pu(serial, ctx)
+        elif kind == "Core":
+            ctx = ctx._replace(core=serial)
+        elif kind == "Package":
+            ctx = ctx._replace(package=_int_attr(path, elem, "os_index", default=-1))
+        elif kind == "NUMANode":
+            numa_elems.append(elem)
+        elif kind == "PCIDev":
+            gpu_elems.append((elem, ctx.locality))
+        else:
+            level = _cache_level(path, elem, kind)
+            if level is not None:
+                ctx = ctx._replace(caches=(*ctx.caches, (level, serial)))
+        # Reversed so the walk visits children in file order (not needed, but tidy).
+        stack.extend((child, ctx) for child in reversed(elem.findall("object")))
+
+    if not pus:
+        raise ParseError(f"{path}: no PU objects with an os_index (not a CPU topology)")
+    online: CpuSet = frozenset(pus)
+
+    allowed_text = machine.get("allowed_cpuset")
+    allowed = online if allowed_text is None else _mask(path, machine, "allowed_cpuset") & online
+
+    nodes: dict[int, NumaNode] = {}
+    for elem in numa_elems:
+        node_id = _int_attr(path, elem, "os_index")
+        if node_id in nodes:
+            raise ParseError(f"{path}: NUMANode os_index {node_id} appears twice")
+        nodes[node_id] = NumaNode(node_id, _mask(path, elem, "cpuset") & online)
+
+    package_cpus: dict[int, set[int]] = {}
+    core_cpus: dict[int, set[int]] = {}
+    core_package: dict[int, int] = {}
+    cache_cpus: dict[tuple[int, int], set[int]] = {}
+    for cpu, pu in pus.items():
+        if pu.ctx.package is not None:
+            package_cpus.setdefault(pu.ctx.package, set()).add(cpu)
+        core_key = pu.ctx.core if pu.ctx.core is not None else pu.serial
+        core_cpus.setdefault(core_key, set()).add(cpu)
+        core_package[core_key] = -1 if pu.ctx.package is None else pu.ctx.package
+        for cache in pu.ctx.caches:
+            cache_cpus.setdefault(cache, set()).add(cpu)
+
+    top_level = max((level for level, _ in cache_cpus), default=None)
+    l3_groups = [CacheGroup(level, frozenset(cpus)) for (level, _), cpus in cache_cpus.items() if level == top_level]
+
+    gpus = [gpu for elem, locality in gpu_elems if (gpu := _gpu(path, elem, locality, online, nodes))]
+    bus_ids = [g.pci_bus_id for g in gpus]
+    if len(set(bus_ids)) != len(bus_ids):
+        raise ParseError(f"{path}: a GPU PCI bus id appears twice")
+
+    return Topology.build(
+        source=SOURCE,
+        online_cpus=online,
+        allowed_cpus=allowed,
+        numa_nodes=nodes.values(),
+        packages=[Package(pid, frozenset(cpus)) for pid, cpus in package_cpus.items()],
+        cores=[Core(core_package[key], frozenset(cpus)) for key, cpus in core_cpus.items()],
+        l3_groups=l3_groups,
+        gpus=gpus,
+    )
+
+
+def _cache_level(path: str, elem: ET.Element, kind: str) -> int | None:
+    """Level of a CPU-side data or unified cache object; None for anything else."""
+    match = _CACHE_TYPE.fullmatch(kind)
+    if match is None:
+        return None
+    if match.group(2) == "i" or elem.get("cache_type", "").strip() == _INSTRUCTION_CACHE:
+        return None
+    if elem.get("depth") is None:
+        return int(match.group(1))
+    return _int_attr(path, elem, "depth")
+
+
+def _gpu(
+    path: str,
+    elem: ET.Element,
+    locality: ET.Element | None,
+    online: CpuSet,
+    nodes: dict[int, NumaNode],
+) -> Gpu | None:
+    pci_type = _attr(path, elem, "pci_type")
+    match = _PCI_TYPE.match(pci_type)
+    if match is None:
+        raise ParseError(f"{path}: PCIDev object: bad pci_type {_one_line(pci_type)[:60]!r}")
+    vendor = gpu_vendor(int(match.group(2), 16), int(match.group(1), 16), int(match.group(3), 16))
+    if vendor is None:
+        return None
+    bus_id = normalize_bus_id(_attr(path, elem, "pci_busid"))
+    local_cpus: CpuSet | None = None
+    numa_node: int | None = None
+    if locality is not None:
+        local_cpus = _mask(path, locality, "cpuset") & online or None
+        if local_cpus is not None and locality.get("nodeset") is not None:
+            candidates = [
+                n
+                for n in sorted(_mask(path, locality, "nodeset"))
+                if n in nodes and nodes[n].cpus  # a node with CPUs, present in the file
+            ]
+            if len(candidates) == 1:
+                numa_node = candidates[0]
+    return Gpu(pci_bus_id=bus_id, vendor=vendor, numa_node=numa_node, local_cpus=local_cpus)
+
+
+def _attr(path: str, elem: ET.Element, name: str) -> str:
+    value = elem.get(name)
+    if value is None:
+        raise ParseError(f"{path}: {_describe(elem)} object without a {name} attribute")
+    return value
+
+
+def _int_attr(path: str, elem: ET.Element, name: str, default: int | None = None) -> int:
+    value = elem.get(name)
+    if value is None:
+        if default is not None:
+            return default
+        raise ParseError(f"{path}: {_describe(elem)} object without a {name} attribute")
+    text = value.strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 10:
+        raise ParseError(f"{path}: {_describe(elem)} object: bad {name} {_one_line(value)[:30]!r}")
+    return int(text)
+
+
+def _mask(path: str, elem: ET.Element, name: str) -> CpuSet:
+    """A cpuset/nodeset attribute (hwloc spelling; ``parse_cpumask`` knows it)."""
+    text = _attr(path, elem, name)
+    if not text.strip():
+        # Also what an undefined entity in an attribute becomes: expat drops it.
+        raise ParseError(f"{path}: {_describe(elem)} object: empty {name}")
+    try:
+        return parse_cpumask(text)
+    except ParseError as exc:
+        raise ParseError(f"{path}: {_describe(elem)} object: bad {name}: {_one_line(str(exc))}") from None
+
+
+def _describe(elem: ET.Element) -> str:
+    kind = _one_line(elem.get("type", "untyped"))[:30]
+    index = elem.get("os_index")
+    return kind if index is None else f"{kind} (os_index {_one_line(index)[:12]})"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+__all__ = ["SOURCE", "read_hwloc_xml"]

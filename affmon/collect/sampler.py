@@ -1,0 +1,297 @@
+"""The per-tick sampler: which processes to watch, and every thread of them.
+
+``Sampler.sample()`` returns one frozen ``Sample``. It keeps small caches between ticks
+(command lines, user names, the last ``sched`` counters) keyed by PID/TID *and* start
+time, so a reused PID never inherits another process's data.
+
+Cost: per thread it reads ``stat`` and ``schedstat`` and asks ``sched_getaffinity``;
+``sched`` (switches, migrations) is read only for threads whose ``schedstat`` moved since
+the last tick (a thread that was not scheduled cannot have switched); for the others the
+previous counters are carried. ``status`` is read once per process.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from affmon.collect.cgroup import Mount, cgroup_cpuset, read_mounts
+from affmon.collect.procfs import (
+    CLOCK_TICKS_PER_S,
+    ProcFs,
+    SchedCounters,
+    StatFields,
+    cmdline_argv,
+    parse_cmdline,
+    parse_schedstat,
+)
+from affmon.core.errors import ParseError, SourceError
+from affmon.core.samples import GpuSample, ProcessSample, Sample, ThreadSample
+
+_PYTHON_RE = re.compile(r"^(python|pypy)[0-9.]*[a-z]?$")
+# Launchers that are python programs but may show up under their own name (their
+# shebang makes comm "torchrun"), and PyTorch's rename of its main thread.
+LAUNCHERS = frozenset({"torchrun", "accelerate", "deepspeed", "pt_main_thread", "pt_elastic"})
+
+_MOUNTS_REFRESH_S = 30.0
+# States in which a thread is not on a run queue: sleeping (S) and idle kernel threads (I).
+_ASLEEP = frozenset({"S", "I"})
+
+
+def is_training_candidate(comm: str, argv: list[str]) -> bool:
+    """A python interpreter (by executable or command) or a known training launcher."""
+    if _PYTHON_RE.match(comm) or comm in LAUNCHERS:
+        return True
+    for arg in argv[:2]:
+        base = os.path.basename(arg)
+        if _PYTHON_RE.match(base) or base in LAUNCHERS:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which processes to watch. ``pids``: these and their descendants only. Otherwise
+    python processes, training launchers and every PID NVML lists on a GPU; ``all``
+    widens to every process. affmon never watches itself."""
+
+    pids: tuple[int, ...] = ()
+    all: bool = False
+
+
+@dataclass(slots=True)
+class _ThreadMemo:
+    schedstat_raw: bytes | None
+    sample: ThreadSample
+
+
+@dataclass
+class _ProcessMemo:
+    start_ticks: int
+    comm: str
+    argv: list[str]
+    cmdline: str | None
+    candidate: bool
+    threads: dict[int, _ThreadMemo] = field(default_factory=dict)
+
+
+GpuSource = Callable[[], tuple[GpuSample, ...]]
+
+
+class Sampler:
+    def __init__(
+        self,
+        root: str = "/",
+        selection: Selection | None = None,
+        gpu_source: GpuSource | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.proc = ProcFs(root)
+        self.root = root
+        self.selection = selection or Selection()
+        self.gpu_source = gpu_source
+        self.clock = clock
+        self._self_pid = os.getpid() if self.proc.live else -1
+        self._memo: dict[int, _ProcessMemo] = {}
+        self._users: dict[int, str | None] = {}
+        self._mounts: tuple[Mount, ...] = ()
+        self._mounts_read_at = float("-inf")
+
+    def check_pids(self) -> None:
+        """Raise ``SourceError`` naming the first ``--pid`` that does not exist."""
+        for pid in self.selection.pids:
+            if self.proc.stat(pid) is None:
+                raise SourceError(f"no such process: {pid}")
+
+    def sample(self) -> Sample:
+        start = self.clock()
+        wall = time.time()
+        gpus = self.gpu_source() if self.gpu_source else ()
+        gpu_pids: dict[int, list[tuple[int, int | None]]] = {}
+        for gpu in gpus:
+            for proc in gpu.processes:
+                gpu_pids.setdefault(proc.pid, []).append((gpu.index, proc.used_memory_bytes))
+        if start - self._mounts_read_at > _MOUNTS_REFRESH_S:
+            self._mounts = read_mounts(self.root)
+            self._mounts_read_at = start
+        stats = self._process_stats()
+        watched = self._select(stats, gpu_pids)
+        processes = []
+        for pid in sorted(watched):
+            sample = self._read_process(stats[pid], gpu_pids.get(pid, []))
+            if sample is not None:
+                processes.append(sample)
+        self._memo = {pid: m for pid, m in self._memo.items() if pid in stats}
+        return Sample(
+            monotonic_s=start,
+            wall_time_s=wall,
+            duration_s=self.clock() - start,
+            processes=tuple(processes),
+            gpus=gpus,
+        )
+
+    # -- selection ---------------------------------------------------------------
+
+    def _process_stats(self) -> dict[int, StatFields]:
+        stats = {}
+        for pid in self.proc.pids():
+            if pid == self._self_pid:
+                continue
+            try:
+                stat = self.proc.stat(pid)
+            except ParseError:
+                continue
+            if stat is not None:
+                stats[pid] = stat
+        return stats
+
+    def _memo_for(self, stat: StatFields) -> _ProcessMemo:
+        memo = self._memo.get(stat.pid)
+        # comm changes on exec, start time on PID reuse: either invalidates the cache.
+        if memo is None or memo.start_ticks != stat.start_ticks or memo.comm != stat.comm:
+            raw = self.proc.read(stat.pid, "cmdline")
+            argv = cmdline_argv(raw) if raw else []
+            memo = _ProcessMemo(
+                start_ticks=stat.start_ticks,
+                comm=stat.comm,
+                argv=argv,
+                cmdline=None if raw is None else parse_cmdline(raw),
+                candidate=is_training_candidate(stat.comm, argv),
+            )
+            self._memo[stat.pid] = memo
+        return memo
+
+    def _select(self, stats: dict[int, StatFields], gpu_pids: Mapping[int, object]) -> set[int]:
+        if self.selection.all:
+            return set(stats)
+        if self.selection.pids:
+            return descendants(self.selection.pids, ((p, s.ppid) for p, s in stats.items())) & set(stats)
+        chosen = {pid for pid in gpu_pids if pid in stats}
+        for pid, stat in stats.items():
+            if stat.flags & 0x00200000:  # PF_KTHREAD: never a training process
+                continue
+            if self._memo_for(stat).candidate:
+                chosen.add(pid)
+        return chosen
+
+    # -- reading ---------------------------------------------------------------
+
+    def _user(self, uid: int | None) -> str | None:
+        if uid is None:
+            return None
+        if uid not in self._users:
+            try:
+                self._users[uid] = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                self._users[uid] = str(uid)
+        return self._users[uid]
+
+    def _read_process(self, stat: StatFields, gpu_use: list[tuple[int, int | None]]) -> ProcessSample | None:
+        pid = stat.pid
+        memo = self._memo_for(stat)
+        try:
+            status = self.proc.status(pid)
+            cgroup_cpus = cgroup_cpuset(self.root, pid, self._mounts)
+        except ParseError:
+            status, cgroup_cpus = None, None
+        seen: dict[int, _ThreadMemo] = {}
+        previous = memo.threads
+        for tid in self.proc.tids(pid):
+            try:
+                thread = self._read_thread(pid, tid, previous.get(tid))
+            except ParseError:
+                thread = None
+            if thread is not None:
+                seen[tid] = thread
+        memo.threads = seen
+        if not seen:
+            return None  # exited while we read it
+        threads = [seen[tid].sample for tid in sorted(seen)]
+        memory = [m for _, m in gpu_use if m is not None]
+        return ProcessSample(
+            pid=pid,
+            start_ticks=stat.start_ticks,
+            ppid=stat.ppid,
+            name=stat.comm,
+            uid=status.uid if status else None,
+            user=self._user(status.uid if status else None),
+            cmdline=memo.cmdline,
+            mems_allowed=status.mems_allowed if status else None,
+            cgroup_cpus=cgroup_cpus,
+            threads=tuple(threads),
+            gpu_indices=tuple(sorted({index for index, _ in gpu_use})),
+            gpu_memory_bytes=sum(memory) if memory else None,
+        )
+
+    def _read_thread(self, pid: int, tid: int, prev: _ThreadMemo | None) -> _ThreadMemo | None:
+        raw = self.proc.read_task(pid, tid, "schedstat")
+        affinity = self.proc.affinity(pid, tid)
+        if (
+            prev is not None
+            and raw is not None
+            and raw == prev.schedstat_raw
+            and prev.sample.wait_ns is not None  # schedstat known (not "0 0 0")
+            and prev.sample.state in _ASLEEP
+        ):
+            # Asleep at the last tick and not scheduled since (run time, wait time and
+            # timeslices all unchanged): stat and sched cannot have moved. The one thing
+            # missed is a thread woken but not yet run, shown as asleep until it runs.
+            if affinity == prev.sample.allowed_cpus:
+                return prev
+            return _ThreadMemo(raw, replace(prev.sample, allowed_cpus=affinity))
+        schedstat = None if raw is None else parse_schedstat(raw.decode("ascii", "replace"))
+        stat = self.proc.stat(pid, tid)
+        if stat is None:
+            return None
+        if prev is not None and prev.sample.start_ticks != stat.start_ticks:
+            prev = None  # TID reused by a new thread
+        if prev is not None and schedstat is not None and raw == prev.schedstat_raw:
+            # Not scheduled since the last tick: switch and migration counters unchanged.
+            counters: SchedCounters | None = SchedCounters(
+                prev.sample.voluntary_switches, prev.sample.involuntary_switches, prev.sample.migrations
+            )
+        else:
+            counters = self.proc.sched(pid, tid)
+            if counters is None:
+                status = self.proc.status(pid, tid)
+                if status is not None:
+                    counters = SchedCounters(status.voluntary_switches, status.involuntary_switches, None)
+        if schedstat is not None:
+            cpu_ns: int | None = schedstat.cpu_ns
+        else:
+            cpu_ns = (stat.utime_ticks + stat.stime_ticks) * 1_000_000_000 // CLOCK_TICKS_PER_S
+        sample = ThreadSample(
+            tid=tid,
+            start_ticks=stat.start_ticks,
+            name=stat.comm,
+            state=stat.state,
+            psr=stat.processor,
+            flags=stat.flags,
+            cpu_ns=cpu_ns,
+            wait_ns=schedstat.wait_ns if schedstat else None,
+            timeslices=schedstat.timeslices if schedstat else None,
+            voluntary_switches=counters.voluntary_switches if counters else None,
+            involuntary_switches=counters.involuntary_switches if counters else None,
+            migrations=counters.migrations if counters else None,
+            allowed_cpus=affinity,
+        )
+        return _ThreadMemo(raw, sample)
+
+
+def descendants(roots: Iterable[int], parent_pairs: Iterable[tuple[int, int]]) -> set[int]:
+    """``roots`` and every process below them, from (pid, ppid) pairs."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent_pairs:
+        children.setdefault(ppid, []).append(pid)
+    found = set(roots)
+    stack = list(found)
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found

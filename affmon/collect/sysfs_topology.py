@@ -1,0 +1,248 @@
+"""Read a ``Topology`` from a live or recorded Linux sysfs tree (``source="sysfs"``).
+
+Every file is read under ``root`` through ``affmon.collect.fs``; each per-CPU file at
+most once. What is read, and what a missing file becomes:
+
+* Online CPUs: ``/sys/devices/system/cpu/online``; without it, every ``cpuN`` whose
+  ``online`` is not ``0`` (``cpu0`` often has no ``online`` file: it is online).
+* Cores: the SMT sibling group of each online CPU (``topology/thread_siblings_list``,
+  ``core_cpus_list``, or the masks ``thread_siblings``/``core_cpus``) restricted to the
+  online CPUs. A CPU without these files is a core of its own. Groups are a partition:
+  a CPU already in an earlier group is not put in a second one.
+* Packages: ``topology/physical_package_id`` of the online CPUs, kept as written
+  (-1 on some VMs and ARM machines, and when the file is missing).
+* Cache groups: the data/unified caches (``cache/index*/{level,type}``) of the highest
+  level found on any online CPU, each with its ``shared_cpu_list`` (or
+  ``shared_cpu_map``) restricted to the online CPUs; CPUs that report no cache of that
+  level are in no group.
+* NUMA nodes: ``/sys/devices/system/node/node<N>`` by their real, possibly sparse ids,
+  with ``cpulist`` (or the mask ``cpumap``, or the ``cpuN`` entries of the node
+  directory) restricted to the online CPUs. Nodes without CPUs (GPU memory, HBM, CXL)
+  are kept with an empty set: sysfs gives them no CPUs, and none are invented. With no
+  node directory at all (kernel without NUMA), one node 0 holds every online CPU.
+* Allowed CPUs: the cpuset cgroup of this process (``cgroup_cpuset(root, "self")``)
+  intersected with the online CPUs; all online CPUs when the cgroup is unknown (or the
+  intersection is empty, which no running process can have).
+* GPUs: ``/sys/bus/pci/devices/<address>`` whose ``class`` (24 bits; the top 16 are the
+  class code) and ``vendor`` make ``gpu_vendor`` answer. A recorded tree may lack the
+  ``vendor`` file; the device is then taken as NVIDIA only if the NVIDIA driver lists
+  it in ``/proc/driver/nvidia/gpus/<address>``. ``numa_node`` -1 or missing is None
+  (unknown, never node 0); ``local_cpulist`` (or the mask ``local_cpus``) is the GPU's
+  ``local_cpus`` as the kernel writes it, None when missing.
+
+A root without ``sys/devices/system/cpu`` is not a sysfs tree: ``SourceError``. A
+missing or unreadable file degrades as said above; a file whose content cannot be
+parsed raises ``ParseError`` naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from affmon.collect.cgroup import cgroup_cpuset
+from affmon.collect.fs import join, list_dir, read_line
+from affmon.core.cpuset import CpuSet, parse_cpulist, parse_cpumask
+from affmon.core.errors import ParseError, SourceError
+from affmon.core.topology import (
+    GPU_PCI_CLASSES,
+    CacheGroup,
+    Core,
+    Gpu,
+    NumaNode,
+    Package,
+    Topology,
+    gpu_vendor,
+)
+
+CPU_DIR = "/sys/devices/system/cpu"
+NODE_DIR = "/sys/devices/system/node"
+PCI_DIR = "/sys/bus/pci/devices"
+NVIDIA_PROC_GPUS = "/proc/driver/nvidia/gpus"
+
+_CPU_NAME = re.compile(r"cpu(\d+)")
+_NODE_NAME = re.compile(r"node(\d+)")
+_INDEX_NAME = re.compile(r"index\d+")
+_CACHE_TYPES = frozenset({"Unified", "Data"})
+
+
+@dataclass(frozen=True, slots=True)
+class _CpuInfo:
+    """What sysfs says about one online CPU (each file read once)."""
+
+    package: int
+    siblings: CpuSet | None
+    caches: dict[int, CpuSet]  # level -> CPUs sharing this CPU's data/unified cache
+
+
+def read_topology(root: str = "/") -> Topology:
+    """The machine under ``root`` as sysfs describes it."""
+    if not os.path.isdir(join(root, CPU_DIR)):
+        raise SourceError(f"not a Linux sysfs tree: {join(root, CPU_DIR)} is not a directory")
+    online = _online_cpus(root)
+    infos = {cpu: _cpu_info(root, cpu) for cpu in sorted(online)}
+    cores = _partition(online, {cpu: info.siblings for cpu, info in infos.items()})
+    packages: dict[int, set[int]] = {}
+    for cpu, info in infos.items():
+        packages.setdefault(info.package, set()).add(cpu)
+    cgroup = cgroup_cpuset(root, "self")
+    allowed = online if cgroup is None or not (cgroup & online) else cgroup & online
+    return Topology.build(
+        source="sysfs",
+        online_cpus=online,
+        allowed_cpus=allowed,
+        numa_nodes=_numa_nodes(root, online),
+        packages=[Package(id=pkg, cpus=frozenset(cpus)) for pkg, cpus in packages.items()],
+        cores=[Core(package=infos[min(group)].package, cpus=group) for group in cores],
+        l3_groups=_cache_groups(online, infos),
+        gpus=_gpus(root),
+    )
+
+
+def _online_cpus(root: str) -> CpuSet:
+    text = read_line(root, f"{CPU_DIR}/online")
+    if text:
+        return _parse(parse_cpulist, text, f"{CPU_DIR}/online")
+    cpus = set()
+    for cpu in _numbered(list_dir(root, CPU_DIR), _CPU_NAME):
+        if read_line(root, f"{CPU_DIR}/cpu{cpu}/online") != "0":
+            cpus.add(cpu)
+    return frozenset(cpus)
+
+
+def _cpu_info(root: str, cpu: int) -> _CpuInfo:
+    base = f"{CPU_DIR}/cpu{cpu}"
+    package_path = f"{base}/topology/physical_package_id"
+    package_text = read_line(root, package_path)
+    package = -1 if package_text is None else _parse_int(package_text, package_path)
+    siblings = _read_set(
+        root,
+        f"{base}/topology/thread_siblings_list",
+        f"{base}/topology/core_cpus_list",
+        f"{base}/topology/thread_siblings",
+        f"{base}/topology/core_cpus",
+    )
+    caches: dict[int, CpuSet] = {}
+    for index in sorted(list_dir(root, f"{base}/cache")):
+        if not _INDEX_NAME.fullmatch(index):
+            continue
+        cache = f"{base}/cache/{index}"
+        if read_line(root, f"{cache}/type") not in _CACHE_TYPES:
+            continue
+        level_text = read_line(root, f"{cache}/level")
+        shared = _read_set(root, f"{cache}/shared_cpu_list", f"{cache}/shared_cpu_map")
+        if level_text is None or shared is None:
+            continue
+        level = _parse_int(level_text, f"{cache}/level")
+        caches[level] = caches.get(level, frozenset()) | shared
+    return _CpuInfo(package=package, siblings=siblings, caches=caches)
+
+
+def _cache_groups(online: CpuSet, infos: dict[int, _CpuInfo]) -> list[CacheGroup]:
+    levels = [level for info in infos.values() for level in info.caches]
+    if not levels:
+        return []
+    top = max(levels)
+    shared = {cpu: info.caches[top] for cpu, info in infos.items() if top in info.caches}
+    members = frozenset(shared)
+    return [CacheGroup(level=top, cpus=group) for group in _partition(members, shared)]
+
+
+def _partition(cpus: CpuSet, groups_of: Mapping[int, CpuSet | None]) -> list[CpuSet]:
+    """Split ``cpus`` into the groups sysfs gives each CPU (restricted to ``cpus``), in
+    CPU order; a CPU already placed is not placed again, one with no group is alone."""
+    placed: set[int] = set()
+    result = []
+    for cpu in sorted(cpus):
+        if cpu in placed:
+            continue
+        group = ((groups_of.get(cpu) or frozenset()) & cpus) - placed | {cpu}
+        placed |= group
+        result.append(frozenset(group))
+    return result
+
+
+def _numa_nodes(root: str, online: CpuSet) -> list[NumaNode]:
+    ids = _numbered(list_dir(root, NODE_DIR), _NODE_NAME)
+    if not ids:
+        return [NumaNode(id=0, cpus=online)]
+    nodes = []
+    for node in ids:
+        base = f"{NODE_DIR}/node{node}"
+        cpus = _read_set(root, f"{base}/cpulist", f"{base}/cpumap")
+        if cpus is None:
+            cpus = frozenset(_numbered(list_dir(root, base), _CPU_NAME))
+        nodes.append(NumaNode(id=node, cpus=cpus & online))
+    return nodes
+
+
+def _gpus(root: str) -> list[Gpu]:
+    nvidia_listed: set[str] | None = None
+    gpus = []
+    for address in sorted(list_dir(root, PCI_DIR)):
+        base = f"{PCI_DIR}/{address}"
+        class_text = read_line(root, f"{base}/class")
+        if class_text is None:
+            continue
+        pci_class = _parse_int(class_text, f"{base}/class", base=16) >> 8
+        if pci_class not in GPU_PCI_CLASSES:
+            continue
+        vendor_text = read_line(root, f"{base}/vendor")
+        if vendor_text is not None:
+            device_text = read_line(root, f"{base}/device")
+            device = None if device_text is None else _parse_int(device_text, f"{base}/device", base=16)
+            vendor = gpu_vendor(_parse_int(vendor_text, f"{base}/vendor", base=16), pci_class, device)
+        else:
+            if nvidia_listed is None:
+                nvidia_listed = {name.lower() for name in list_dir(root, NVIDIA_PROC_GPUS)}
+            vendor = "nvidia" if address.lower() in nvidia_listed else None
+        if vendor is None:
+            continue
+        node_text = read_line(root, f"{base}/numa_node")
+        node = None if node_text is None else _parse_int(node_text, f"{base}/numa_node")
+        gpus.append(
+            Gpu(
+                pci_bus_id=address.lower(),
+                vendor=vendor,
+                numa_node=node if node is not None and node >= 0 else None,
+                local_cpus=_read_set(root, f"{base}/local_cpulist", f"{base}/local_cpus"),
+            )
+        )
+    return gpus
+
+
+def _read_set(root: str, *paths: str) -> CpuSet | None:
+    """The first of ``paths`` that can be read: a ``*list`` file is a cpulist, any other a
+    hex mask. None when none can be read."""
+    for path in paths:
+        text = read_line(root, path)
+        if text is None:
+            continue
+        parser = parse_cpulist if path.endswith("list") else parse_cpumask
+        return _parse(parser, text, path)
+    return None
+
+
+def _parse(parser: Callable[[str], CpuSet], text: str, path: str) -> CpuSet:
+    try:
+        return parser(text)
+    except ParseError as exc:
+        raise ParseError(f"{path}: {exc}") from None
+
+
+def _parse_int(text: str, path: str, base: int = 10) -> int:
+    try:
+        return int(text, base)
+    except ValueError:
+        raise ParseError(f"{path}: not a number: {text[:40]!r}") from None
+
+
+def _numbered(names: Iterable[str], pattern: re.Pattern[str]) -> list[int]:
+    """Sorted numbers of the names that are ``pattern`` exactly (``cpu12`` -> 12)."""
+    found = (pattern.fullmatch(name) for name in names)
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+__all__ = ["read_topology"]

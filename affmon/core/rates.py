@@ -1,0 +1,177 @@
+"""Rates from two samples: CPU share, run-queue wait share, switches, migrations, and
+where threads actually ran.
+
+Definitions (all per interval between the two samples):
+
+* ``cpu_percent``: CPU time delta over wall time, 100 = one CPU busy.
+* ``wait_ratio``: run-queue wait delta / (run delta + wait delta), from ``schedstat``.
+  NOTES.md: 0.00 on the healthy job, 0.45 with other tenants' hogs, 0.61 with a
+  ``taskset -c 0-1`` mask. A thread that neither ran nor waited has no ratio (None).
+* ``ran_on_cpus``: the ``psr`` of threads that got CPU time in the interval. ``psr``
+  is where a thread last ran, so this is a lower bound: a thread that migrated twice
+  between samples shows only its last CPU (``migrations_per_s`` counts the rest).
+
+A value is None when either sample lacks it, or when the thread or process is new
+(no earlier sample to diff against). Counters that went backwards (a reset, a reused
+id) give None, never a negative rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from affmon.core.cpuset import CpuSet
+from affmon.core.samples import GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
+from affmon.core.topology import Topology
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRates:
+    sample: ThreadSample
+    cpu_percent: float | None
+    wait_ratio: float | None
+    voluntary_switches_per_s: float | None
+    involuntary_switches_per_s: float | None
+    migrations_per_s: float | None
+    cpu_ns_delta: int | None
+    wait_ns_delta: int | None
+
+    @property
+    def ran(self) -> bool:
+        return bool(self.cpu_ns_delta)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRates:
+    sample: ProcessSample
+    threads: tuple[ThreadRates, ...]
+    cpu_percent: float | None
+    wait_ratio: float | None
+    voluntary_switches_per_s: float | None
+    involuntary_switches_per_s: float | None
+    migrations_per_s: float | None
+    ran_on_cpus: CpuSet
+    ran_on_numa_nodes: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRates:
+    sample: GpuSample
+    pcie_tx_bytes_per_s: float | None
+    pcie_rx_bytes_per_s: float | None
+    numa_node: int | None
+    local_cpus: CpuSet | None
+
+    @property
+    def link(self) -> PcieLink:
+        return self.sample.pcie_link
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Two samples made into rates against a topology: what every view renders."""
+
+    topology: Topology
+    previous: Sample
+    current: Sample
+    interval_s: float
+    processes: tuple[ProcessRates, ...]
+    gpus: tuple[GpuRates, ...]
+
+    @property
+    def thread_count(self) -> int:
+        return self.current.thread_count
+
+    def process(self, pid: int) -> ProcessRates | None:
+        return next((p for p in self.processes if p.sample.pid == pid), None)
+
+
+def _delta(new: int | None, old: int | None) -> int | None:
+    if new is None or old is None or new < old:
+        return None
+    return new - old
+
+
+def _per_s(delta: int | None, seconds: float) -> float | None:
+    return None if delta is None else delta / seconds
+
+
+def thread_rates(cur: ThreadSample, prev: ThreadSample | None, seconds: float) -> ThreadRates:
+    if prev is None or prev.start_ticks != cur.start_ticks:
+        return ThreadRates(cur, None, None, None, None, None, None, None)
+    run = _delta(cur.cpu_ns, prev.cpu_ns)
+    wait = _delta(cur.wait_ns, prev.wait_ns)
+    ratio = None if run is None or wait is None or run + wait == 0 else wait / (run + wait)
+    return ThreadRates(
+        sample=cur,
+        cpu_percent=None if run is None else 100.0 * run / (seconds * 1e9),
+        wait_ratio=ratio,
+        voluntary_switches_per_s=_per_s(_delta(cur.voluntary_switches, prev.voluntary_switches), seconds),
+        involuntary_switches_per_s=_per_s(_delta(cur.involuntary_switches, prev.involuntary_switches), seconds),
+        migrations_per_s=_per_s(_delta(cur.migrations, prev.migrations), seconds),
+        cpu_ns_delta=run,
+        wait_ns_delta=wait,
+    )
+
+
+def _sum(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def process_rates(cur: ProcessSample, prev: ProcessSample | None, seconds: float, topology: Topology) -> ProcessRates:
+    old = {t.tid: t for t in prev.threads} if prev is not None and prev.key == cur.key else {}
+    threads = tuple(thread_rates(t, old.get(t.tid), seconds) for t in cur.threads)
+    pairs = [
+        (t.cpu_ns_delta, t.wait_ns_delta) for t in threads if t.cpu_ns_delta is not None and t.wait_ns_delta is not None
+    ]
+    run_ns = sum(run for run, _ in pairs)
+    wait_ns = sum(wait for _, wait in pairs)
+    wait_ratio = wait_ns / (run_ns + wait_ns) if run_ns + wait_ns > 0 else None
+    ran_on = frozenset(t.sample.psr for t in threads if t.ran and t.sample.psr is not None)
+    return ProcessRates(
+        sample=cur,
+        threads=threads,
+        cpu_percent=_sum([t.cpu_percent for t in threads]),
+        wait_ratio=wait_ratio,
+        voluntary_switches_per_s=_sum([t.voluntary_switches_per_s for t in threads]),
+        involuntary_switches_per_s=_sum([t.involuntary_switches_per_s for t in threads]),
+        migrations_per_s=_sum([t.migrations_per_s for t in threads]),
+        ran_on_cpus=ran_on,
+        ran_on_numa_nodes=topology.nodes_of(ran_on),
+    )
+
+
+def gpu_rates(cur: GpuSample, prev: GpuSample | None, seconds: float, topology: Topology) -> GpuRates:
+    tx = rx = None
+    if prev is not None and prev.pci_bus_id == cur.pci_bus_id:
+        tx = _per_s(_delta(cur.pcie_tx_bytes_total, prev.pcie_tx_bytes_total), seconds)
+        rx = _per_s(_delta(cur.pcie_rx_bytes_total, prev.pcie_rx_bytes_total), seconds)
+    if tx is None:
+        tx = cur.pcie_tx_window_bytes_per_s
+    if rx is None:
+        rx = cur.pcie_rx_window_bytes_per_s
+    known = topology.gpu(cur.pci_bus_id) if cur.pci_bus_id else None
+    return GpuRates(
+        sample=cur,
+        pcie_tx_bytes_per_s=tx,
+        pcie_rx_bytes_per_s=rx,
+        numa_node=known.numa_node if known else None,
+        local_cpus=known.local_cpus if known else None,
+    )
+
+
+def make_snapshot(previous: Sample, current: Sample, topology: Topology) -> Snapshot:
+    seconds = current.monotonic_s - previous.monotonic_s
+    if seconds <= 0:
+        raise ValueError("samples must be taken in order, with time between them")
+    old_processes = {p.pid: p for p in previous.processes}
+    old_gpus = {g.index: g for g in previous.gpus}
+    return Snapshot(
+        topology=topology,
+        previous=previous,
+        current=current,
+        interval_s=seconds,
+        processes=tuple(process_rates(p, old_processes.get(p.pid), seconds, topology) for p in current.processes),
+        gpus=tuple(gpu_rates(g, old_gpus.get(g.index), seconds, topology) for g in current.gpus),
+    )

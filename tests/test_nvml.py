@@ -1,0 +1,172 @@
+"""The NVML gateway against a fake pynvml: normal reads, NotSupported, lost GPUs, no NVML."""
+
+import sys
+import time
+
+import pytest
+
+from affmon.core.rates import make_snapshot
+from affmon.core.samples import Sample
+from affmon.core.topology import Gpu, NumaNode, Topology
+from affmon.nvml import NvmlGateway
+from tests.fake_pynvml import (
+    NVML_ERROR_DRIVER_NOT_LOADED,
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_LIBRARY_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_UNINITIALIZED,
+    NVML_ERROR_UNKNOWN,
+    FakeGpu,
+    FakeNvml,
+)
+
+
+def gateway(*gpus: FakeGpu) -> NvmlGateway:
+    g = NvmlGateway(module=FakeNvml(list(gpus)), pcie_window_s=0.0)
+    assert g.open()
+    return g
+
+
+def test_reads_every_field():
+    gpu = FakeGpu(pids=[(1234, 5 << 30)], tx_per_read=20_000, rx_per_read=100_000)
+    (s,) = gateway(gpu).sample()
+    assert s.name == "NVIDIA H200"
+    assert s.pci_bus_id == "0000:3b:00.0"  # NVML's spelling turned into sysfs's
+    assert (s.util_percent, s.mem_util_percent) == (97, 40)
+    # two reads of the counters 20 ms of NVML time apart: 20 kB and 100 kB moved
+    assert s.pcie_tx_window_bytes_per_s == pytest.approx(1_000_000)
+    assert s.pcie_rx_window_bytes_per_s == pytest.approx(5_000_000)
+    assert (s.pcie_tx_bytes_total, s.pcie_rx_bytes_total) == (1_040_000, 5_200_000)  # 64-bit: kept
+    assert "throughput" not in gpu.calls  # counters work: the 20 ms fallback is not called
+    assert (s.pcie_link.gen, s.pcie_link.width, s.pcie_link.max_gen, s.pcie_link.max_width) == (5, 16, 5, 16)
+    assert s.power_w == 450.0
+    assert [(p.pid, p.used_memory_bytes) for p in s.processes] == [(1234, 5 << 30)]
+    assert not s.lost
+
+
+def test_32_bit_counters_wrap_inside_the_window_and_are_not_kept():
+    # The H200's counters are 32-bit: a window that crosses the wrap still gives the rate.
+    gpu = FakeGpu(counter_bits=32, tx_total=(1 << 32) - 100, tx_per_read=700_000, rx_per_read=0)
+    (s,) = gateway(gpu).sample()
+    assert s.pcie_tx_window_bytes_per_s == pytest.approx(700_000 / 0.02)
+    assert s.pcie_rx_window_bytes_per_s == 0
+    assert s.pcie_tx_bytes_total is None  # a 32-bit total means nothing across 1 s ticks
+
+
+def test_window_is_waited_for_in_real_time():
+    g = NvmlGateway(module=FakeNvml([FakeGpu()]), pcie_window_s=0.05)
+    assert g.open()
+    t = time.perf_counter()
+    g.sample()
+    assert time.perf_counter() - t >= 0.05
+
+
+def test_pcie_rate_over_the_interval_from_64_bit_totals():
+    gpu = FakeGpu()
+    g = gateway(gpu)
+    first = g.sample()
+    gpu.tx_total += 2_000_000
+    gpu.rx_total += 8_000_000
+    second = g.sample()
+    topo = Topology.build(
+        source="sysfs",
+        online_cpus={0},
+        allowed_cpus={0},
+        numa_nodes=[NumaNode(0, frozenset({0}))],
+        packages=[],
+        cores=[],
+        l3_groups=[],
+        gpus=[Gpu("0000:3b:00.0", "nvidia", None, frozenset({0}))],
+    )
+    snap = make_snapshot(Sample(10.0, 0, 0, (), first), Sample(12.0, 0, 0, (), second), topo)
+    (rates,) = snap.gpus
+    assert rates.pcie_tx_bytes_per_s == 1_000_000
+    assert rates.pcie_rx_bytes_per_s == 4_000_000
+    assert rates.numa_node is None and rates.local_cpus == frozenset({0})
+
+
+def test_counters_not_supported_fall_back_to_throughput():
+    gpu = FakeGpu(fail={"fields": NVML_ERROR_NOT_SUPPORTED})
+    g = gateway(gpu)
+    (s,) = g.sample()
+    assert s.pcie_tx_bytes_total is None
+    assert s.pcie_tx_window_bytes_per_s == 2000 * 1024
+    assert s.pcie_rx_window_bytes_per_s == 3000 * 1024
+    g.sample()
+    assert gpu.calls["fields"] == 1  # NotSupported is remembered, never asked again
+
+
+def test_per_field_not_supported_also_falls_back():
+    gpu = FakeGpu(field_fail=NVML_ERROR_NOT_SUPPORTED)
+    g = gateway(gpu)
+    g.sample()
+    (s,) = g.sample()
+    assert s.pcie_rx_bytes_total is None and s.pcie_rx_window_bytes_per_s == 3000 * 1024
+
+
+def test_gpu_lost_while_reading_counters():
+    gpu = FakeGpu()
+    g = gateway(gpu, FakeGpu(bus_id="00000000:86:00.0"))
+    gpu.fail["fields"] = NVML_ERROR_GPU_IS_LOST
+    a, b = g.sample()
+    assert a.lost and not b.lost
+
+
+@pytest.mark.parametrize("call", ["util", "memory", "gen", "power", "clock", "procs", "name", "pci"])
+@pytest.mark.parametrize("error", [NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_UNKNOWN, NVML_ERROR_UNINITIALIZED])
+def test_one_failing_call_leaves_the_rest(call, error):
+    (s,) = gateway(FakeGpu(fail={call: error}, pids=[(7, None)])).sample()
+    assert not s.lost
+    values = {
+        "util": s.util_percent,
+        "memory": s.mem_used_bytes,
+        "gen": s.pcie_link.gen,
+        "power": s.power_w,
+        "clock": s.sm_clock_mhz,
+        "procs": s.processes or None,
+        "name": s.name,
+        "pci": s.pci_bus_id,
+    }
+    assert values.pop(call) is None
+    assert all(v is not None for v in values.values()), values
+
+
+def test_lost_gpu_is_marked_and_others_go_on():
+    lost = FakeGpu(bus_id="00000000:3B:00.0")
+    good = FakeGpu(bus_id="00000000:86:00.0", util=55)
+    g = gateway(lost, good)
+    g.sample()
+    lost.fail["util"] = NVML_ERROR_GPU_IS_LOST
+    a, b = g.sample()
+    assert a.lost and a.util_percent is None and a.pci_bus_id == "0000:3b:00.0"
+    assert not b.lost and b.util_percent == 55
+
+
+@pytest.mark.parametrize("error", [NVML_ERROR_LIBRARY_NOT_FOUND, NVML_ERROR_DRIVER_NOT_LOADED])
+def test_no_driver_means_cpu_only(error):
+    g = NvmlGateway(module=FakeNvml([], init_error=error))
+    assert not g.open()
+    assert "CPU-only" in g.status and "\n" not in g.status
+    assert g.sample() == ()
+
+
+def test_no_package_means_cpu_only(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
+    g = NvmlGateway()
+    assert not g.open()
+    assert "nvidia-ml-py" in g.status and "CPU-only" in g.status
+
+
+def test_real_module_without_driver_is_cpu_only_in_one_line():
+    # CI has nvidia-ml-py installed but no driver: the real module must fail softly.
+    g = NvmlGateway()
+    if g.open():  # a GPU machine: the gateway works and says so
+        assert g.status.startswith("NVML:")
+        g.close()
+    else:
+        assert "CPU-only" in g.status and "\n" not in g.status
+
+
+def test_unavailable_memory_sentinel_is_unknown():
+    (s,) = gateway(FakeGpu(pids=[(9, (1 << 64) - 1)])).sample()
+    assert [(p.pid, p.used_memory_bytes) for p in s.processes] == [(9, None)]

@@ -1,0 +1,101 @@
+"""Rates from two samples: wait ratio, CPU share, switches, migrations, where threads ran."""
+
+import pytest
+
+from affmon.core.rates import make_snapshot, thread_rates
+from affmon.core.samples import ProcessSample, Sample, ThreadSample
+from affmon.core.topology import NumaNode, Topology
+
+TOPO = Topology.build(
+    source="sysfs",
+    online_cpus=range(8),
+    allowed_cpus=range(8),
+    numa_nodes=[NumaNode(0, frozenset(range(4))), NumaNode(1, frozenset(range(4, 8)))],
+    packages=[],
+    cores=[],
+    l3_groups=[],
+    gpus=[],
+)
+
+
+def thread(tid=10, start=5, psr=0, cpu=0, wait=0, vcs=0, ics=0, mig=0, mask=frozenset({0})):
+    return ThreadSample(
+        tid=tid,
+        start_ticks=start,
+        name="t",
+        state="R",
+        psr=psr,
+        flags=0,
+        cpu_ns=cpu,
+        wait_ns=wait,
+        timeslices=1,
+        voluntary_switches=vcs,
+        involuntary_switches=ics,
+        migrations=mig,
+        allowed_cpus=mask,
+    )
+
+
+def process(*threads, pid=10, start=5):
+    return ProcessSample(pid, start, 1, "python", 0, "root", "python x", None, None, tuple(threads))
+
+
+def sample(t, *processes):
+    return Sample(t, t, 0.01, tuple(processes), ())
+
+
+def test_thread_rates():
+    prev = thread(cpu=1_000_000_000, wait=0, vcs=10, ics=5, mig=2)
+    cur = thread(cpu=1_550_000_000, wait=450_000_000, vcs=30, ics=105, mig=6)
+    r = thread_rates(cur, prev, 2.0)
+    assert r.cpu_percent == pytest.approx(27.5)
+    assert r.wait_ratio == pytest.approx(0.45)
+    assert r.voluntary_switches_per_s == 10
+    assert r.involuntary_switches_per_s == 50
+    assert r.migrations_per_s == 2
+
+
+def test_idle_thread_has_no_wait_ratio_not_zero():
+    r = thread_rates(thread(cpu=5, wait=5), thread(cpu=5, wait=5), 1.0)
+    assert r.cpu_percent == 0 and r.wait_ratio is None and not r.ran
+
+
+def test_unknown_counters_stay_unknown():
+    prev = thread(mig=None)
+    cur = thread(cpu=10, mig=None)
+    assert thread_rates(cur, prev, 1.0).migrations_per_s is None
+
+
+def test_counter_going_backwards_is_unknown_not_negative():
+    r = thread_rates(thread(cpu=10, ics=3), thread(cpu=20, ics=9), 1.0)
+    assert r.cpu_percent is None and r.involuntary_switches_per_s is None
+
+
+def test_reused_tid_is_a_new_thread():
+    r = thread_rates(thread(start=99, cpu=100), thread(start=5, cpu=10), 1.0)
+    assert r.cpu_percent is None and r.wait_ratio is None
+
+
+def test_process_rates_sum_threads_and_find_nodes():
+    a0, a1 = thread(tid=10, psr=1, cpu=0, wait=0), thread(tid=10, psr=2, cpu=600, wait=400)
+    b0, b1 = thread(tid=11, psr=5, cpu=0, wait=0), thread(tid=11, psr=6, cpu=1000, wait=0)
+    c0, c1 = thread(tid=12, psr=7, cpu=50, wait=0), thread(tid=12, psr=7, cpu=50, wait=0)  # idle
+    snap = make_snapshot(sample(1.0, process(a0, b0, c0)), sample(2.0, process(a1, b1, c1)), TOPO)
+    (p,) = snap.processes
+    assert p.wait_ratio == pytest.approx(400 / 2000)
+    assert p.ran_on_cpus == frozenset({2, 6})  # the idle thread's CPU 7 is not "ran on"
+    assert p.ran_on_numa_nodes == (0, 1)
+    assert p.cpu_percent == pytest.approx(100 * 1600 / 1e9)
+
+
+def test_new_process_and_pid_reuse_have_no_rates():
+    old = process(thread(cpu=0), start=5)
+    new = process(thread(start=7, cpu=900), start=7)  # same PID, other start time
+    snap = make_snapshot(sample(1.0, old), sample(2.0, new), TOPO)
+    (p,) = snap.processes
+    assert p.cpu_percent is None and p.wait_ratio is None and p.ran_on_cpus == frozenset()
+
+
+def test_samples_out_of_order_are_refused():
+    with pytest.raises(ValueError):
+        make_snapshot(sample(2.0), sample(2.0), TOPO)

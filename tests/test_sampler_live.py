@@ -1,0 +1,130 @@
+"""The sampler against real processes spawned with a known affinity: psr, masks and
+wait ratios must be what the kernel reports."""
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from affmon.collect.sampler import Sampler, Selection, is_training_candidate
+from affmon.collect.sysfs_topology import read_topology
+from affmon.core.rates import make_snapshot
+from tests.live import usable_cpus, workload
+
+TOPOLOGY = read_topology("/")
+
+
+def snapshot(selection: Selection, interval: float = 1.0):
+    sampler = Sampler("/", selection)
+    first = sampler.sample()
+    time.sleep(interval)
+    return make_snapshot(first, sampler.sample(), TOPOLOGY)
+
+
+def ps_threads(pid: int) -> dict[int, tuple[int, str]]:
+    """tid -> (psr, state) as procps reports them."""
+    out = subprocess.run(["ps", "-L", "-o", "tid=,psr=,stat=", "-p", str(pid)], capture_output=True, text=True)
+    rows = {}
+    for line in out.stdout.splitlines():
+        tid, psr, stat = line.split()
+        rows[int(tid)] = (int(psr), stat)
+    return rows
+
+
+def test_three_busy_threads_on_one_cpu_wait_for_it():
+    cpu = usable_cpus()[0]
+    with workload("--cpus", str(cpu), "--busy", "3") as w:
+        snap = snapshot(Selection(pids=(w["pid"],)))
+        (p,) = snap.processes
+        assert p.sample.pid == w["pid"]
+        by_tid = {t.sample.tid: t for t in p.threads}
+        assert set(w["busy"]) <= set(by_tid)
+        for tid in w["busy"]:
+            t = by_tid[tid]
+            assert t.sample.psr == cpu
+            assert t.sample.allowed_cpus == frozenset({cpu})
+            # three runnable threads share one CPU: each waits about two thirds of the time
+            assert t.wait_ratio is not None and t.wait_ratio > 0.4, t
+        assert p.wait_ratio is not None and p.wait_ratio > 0.4
+        assert p.cpu_percent is not None and 50 < p.cpu_percent <= 110  # one CPU, shared
+        assert p.ran_on_cpus == frozenset({cpu})
+        assert p.ran_on_numa_nodes == TOPOLOGY.nodes_of({cpu})
+        # psr agrees with procps for every thread (they are all pinned, so it is stable)
+        for tid, (psr, _stat) in ps_threads(w["pid"]).items():
+            assert by_tid[tid].sample.psr == psr
+
+
+def test_one_busy_thread_alone_does_not_wait():
+    cpus = usable_cpus()
+    with workload("--cpus", str(cpus[-1]), "--busy", "1") as w:
+        snap = snapshot(Selection(pids=(w["pid"],)))
+        (busy,) = [t for t in snap.processes[0].threads if t.sample.tid in w["busy"]]
+        assert busy.cpu_percent is not None and busy.cpu_percent > 50
+        # CI's other core may be busy with the test runner; alone on its CPU it waits little
+        assert busy.wait_ratio is not None and busy.wait_ratio < 0.35
+
+
+def test_per_thread_masks_are_per_thread():
+    cpus = usable_cpus()
+    if len(cpus) < 2:
+        pytest.fail("this test needs two CPUs (CI has two)")
+    with workload("--cpus", f"{cpus[0]},{cpus[1]}", "--sleepers", "2", "--sleeper-cpus", str(cpus[1])) as w:
+        sampler = Sampler("/", Selection(pids=(w["pid"],)))
+        (p,) = sampler.sample().processes
+        masks = {t.tid: t.allowed_cpus for t in p.threads}
+        assert masks[w["pid"]] == frozenset(cpus[:2])
+        for tid in w["sleepers"]:
+            assert masks[tid] == frozenset({cpus[1]})
+            assert masks[tid] == frozenset(os.sched_getaffinity(tid))
+
+
+def test_pid_selection_takes_descendants_and_nothing_else():
+    with workload("--child", "--sleepers", "1") as w, workload("--sleepers", "1") as other:
+        pids = {p.pid for p in Sampler("/", Selection(pids=(w["pid"],))).sample().processes}
+        assert pids == {w["pid"], w["child"]}
+        assert other["pid"] not in pids
+
+
+def test_default_selection_finds_python_and_skips_itself():
+    with workload("--sleepers", "1") as w:
+        pids = {p.pid for p in Sampler("/").sample().processes}
+        assert w["pid"] in pids
+        assert os.getpid() not in pids
+
+
+def test_process_that_exits_between_samples_disappears():
+    sampler = Sampler("/", Selection(pids=()))
+    with workload("--sleepers", "1") as w:
+        first = sampler.sample()
+        assert w["pid"] in {p.pid for p in first.processes}
+    second = sampler.sample()
+    assert w["pid"] not in {p.pid for p in second.processes}
+    make_snapshot(first, second, TOPOLOGY)  # no error on the vanished process
+
+
+def test_process_fields():
+    with workload("--sleepers", "1") as w:
+        (p,) = Sampler("/", Selection(pids=(w["pid"],))).sample().processes
+        assert p.ppid == os.getpid()
+        assert p.uid == os.getuid()
+        assert p.cmdline is not None and "workload.py" in p.cmdline
+        assert p.mems_allowed is not None and min(p.mems_allowed) >= 0
+        main = p.main_thread
+        assert main is not None and main.migrations is not None  # this kernel has sched
+
+
+@pytest.mark.parametrize(
+    ("comm", "argv", "expected"),
+    [
+        ("python3", ["/usr/bin/python3", "train.py"], True),
+        ("pt_main_thread", ["/usr/bin/python3", "train.py"], True),
+        ("torchrun", ["/usr/bin/python3", "/usr/local/bin/torchrun", "--nproc-per-node=8", "t.py"], True),
+        ("deepspeed", ["/opt/venv/bin/python3.11", "/opt/venv/bin/deepspeed"], True),
+        ("bash", ["bash", "-c", "python train.py"], False),
+        ("pythonista", ["pythonista"], False),
+        ("sshd", ["sshd: root"], False),
+    ],
+)
+def test_training_candidates(comm, argv, expected):
+    assert is_training_candidate(comm, argv) is expected
