@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from affmon.collect.cgroup import Mount, cgroup_cpuset, read_mounts
 from affmon.collect.procfs import (
     CLOCK_TICKS_PER_S,
+    PF_KTHREAD,
     ProcFs,
     SchedCounters,
     StatFields,
@@ -57,10 +58,12 @@ def is_training_candidate(comm: str, argv: list[str]) -> bool:
 class Selection:
     """Which processes to watch. ``pids``: these and their descendants only. Otherwise
     python processes, training launchers and every PID NVML lists on a GPU; ``all``
-    widens to every process. affmon never watches itself."""
+    widens to every process. ``others``: also sample every other process, unwatched,
+    to see what else runs on the watched processes' CPUs. affmon never samples itself."""
 
     pids: tuple[int, ...] = ()
     all: bool = False
+    others: bool = False
 
 
 @dataclass(slots=True)
@@ -119,10 +122,14 @@ class Sampler:
             self._mounts = read_mounts(self.root)
             self._mounts_read_at = start
         stats = self._process_stats()
-        watched = self._select(stats, gpu_pids)
+        training = self._training(stats, gpu_pids)
+        watched = self._select(stats, training)
+        wanted = set(stats) if self.selection.others else watched
         processes = []
-        for pid in sorted(watched):
-            sample = self._read_process(stats[pid], gpu_pids.get(pid, []))
+        for pid in sorted(wanted):
+            sample = self._read_process(
+                stats[pid], gpu_pids.get(pid, []), watched=pid in watched, training=pid in training
+            )
             if sample is not None:
                 processes.append(sample)
         self._memo = {pid: m for pid, m in self._memo.items() if pid in stats}
@@ -165,18 +172,22 @@ class Sampler:
             self._memo[stat.pid] = memo
         return memo
 
-    def _select(self, stats: dict[int, StatFields], gpu_pids: Mapping[int, object]) -> set[int]:
-        if self.selection.all:
-            return set(stats)
-        if self.selection.pids:
-            return descendants(self.selection.pids, ((p, s.ppid) for p, s in stats.items())) & set(stats)
+    def _training(self, stats: dict[int, StatFields], gpu_pids: Mapping[int, object]) -> set[int]:
+        """Processes that look like training: on a GPU, python, or a known launcher."""
         chosen = {pid for pid in gpu_pids if pid in stats}
         for pid, stat in stats.items():
-            if stat.flags & 0x00200000:  # PF_KTHREAD: never a training process
+            if stat.flags & PF_KTHREAD:  # never a training process
                 continue
             if self._memo_for(stat).candidate:
                 chosen.add(pid)
         return chosen
+
+    def _select(self, stats: dict[int, StatFields], training: set[int]) -> set[int]:
+        if self.selection.all:
+            return set(stats)
+        if self.selection.pids:
+            return descendants(self.selection.pids, ((p, s.ppid) for p, s in stats.items())) & set(stats)
+        return training
 
     # -- reading ---------------------------------------------------------------
 
@@ -190,14 +201,18 @@ class Sampler:
                 self._users[uid] = str(uid)
         return self._users[uid]
 
-    def _read_process(self, stat: StatFields, gpu_use: list[tuple[int, int | None]]) -> ProcessSample | None:
+    def _read_process(
+        self, stat: StatFields, gpu_use: list[tuple[int, int | None]], *, watched: bool, training: bool
+    ) -> ProcessSample | None:
         pid = stat.pid
         memo = self._memo_for(stat)
-        try:
-            status = self.proc.status(pid)
-            cgroup_cpus = cgroup_cpuset(self.root, pid, self._mounts)
-        except ParseError:
-            status, cgroup_cpus = None, None
+        status, cgroup_cpus = None, None
+        if watched:  # others are only "what else runs where": their threads suffice
+            try:
+                status = self.proc.status(pid)
+                cgroup_cpus = cgroup_cpuset(self.root, pid, self._mounts)
+            except ParseError:
+                pass
         seen: dict[int, _ThreadMemo] = {}
         previous = memo.threads
         for tid in self.proc.tids(pid):
@@ -225,6 +240,9 @@ class Sampler:
             threads=tuple(threads),
             gpu_indices=tuple(sorted({index for index, _ in gpu_use})),
             gpu_memory_bytes=sum(memory) if memory else None,
+            watched=watched,
+            training=training,
+            kernel=bool(stat.flags & PF_KTHREAD),
         )
 
     def _read_thread(self, pid: int, tid: int, prev: _ThreadMemo | None) -> _ThreadMemo | None:

@@ -45,6 +45,13 @@ class ProcessSample:
     threads: tuple[ThreadSample, ...]
     gpu_indices: tuple[int, ...] = ()
     gpu_memory_bytes: int | None = None
+    # watched: chosen for display and diagnosis (training processes, or --pid and its
+    # descendants, or everything with --all). training: looks like a training process
+    # (python, a launcher, or on a GPU) whether watched or not. Unwatched processes are
+    # sampled only as "what else runs where" (contention evidence).
+    watched: bool = True
+    training: bool = False
+    kernel: bool = False  # a kernel thread (PF_KTHREAD): never movable
 
     @property
     def key(self) -> tuple[int, int]:

@@ -1,0 +1,613 @@
+"""Diagnosis rules: what is wrong with a training job's CPU placement, in numbers.
+
+Pure functions of a ``Snapshot`` (two samples made into rates), the topology and what
+affmon itself pinned. Each rule returns ``Finding`` values with a code, a severity, the
+evidence and one plain sentence; ``FindingTracker`` debounces them over intervals (a
+finding is raised after it holds for ``raise_after`` consecutive intervals and cleared
+after ``clear_after`` clean ones).
+
+A *job* is a training process with its watched descendants that are not jobs of their
+own: a rank and its DataLoader workers (``find_jobs``). A thread is *busy* when it wanted a CPU
+(ran or waited on a run queue) for at least ``busy_demand`` of the interval.
+
+Migrations and involuntary switches alone are never a finding: the healthy pinned job of
+NOTES.md had 201 migrations/s and 247 involuntary switches/s. They appear as evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from typing import Any
+
+from affmon.core.cpuset import CpuSet, format_cpulist
+from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
+from affmon.core.topology import Topology
+
+
+class Severity(IntEnum):
+    INFO = 0
+    WARN = 1
+    BAD = 2
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every threshold the rules use, with its default and why (docs/findings.md).
+
+    ================================  =======  ==============================================
+    field                             default  meaning
+    ================================  =======  ==============================================
+    busy_demand                       0.20     a thread is busy when run + run-queue wait
+                                               fill at least 20% of the interval
+    starved_warn / starved_bad        0.10 /   run-queue wait ratio of the job's busy
+                                      0.25     threads (NOTES.md: 0.00 healthy, 0.45 hogs,
+                                               0.61 narrow mask; bcc's runqlat and the 25%
+                                               CPU-throttling alert convention)
+    narrow_factor                     1.0      busy threads' CPU demand above this many
+                                               times the CPUs of their mask
+    other_busy_percent                20.0     another process's thread counts as a
+                                               contender from this CPU % on
+    cross_numa_share                  0.20     share of busy threads that ran off the
+                                               GPU's NUMA node
+    gpu_util_low                      50       GPU utilisation % called "well below"
+    pcie_traffic_bytes_per_s          100e6    traffic that makes a slow link matter
+    raise_after / clear_after         2 / 3    consecutive intervals to raise / to clear
+    ================================  =======  ==============================================
+    """
+
+    busy_demand: float = 0.20
+    starved_warn: float = 0.10
+    starved_bad: float = 0.25
+    narrow_factor: float = 1.0
+    other_busy_percent: float = 20.0
+    cross_numa_share: float = 0.20
+    gpu_util_low: float = 50.0
+    pcie_traffic_bytes_per_s: float = 100e6
+    raise_after: int = 2
+    clear_after: int = 3
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: Severity
+    pid: int | None  # the job's root process; None for a GPU nobody watched uses
+    tids: tuple[int, ...]
+    message: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    suggestion: Mapping[str, Any] | None = None  # {"cpus": "...", "move_off": [pids]}
+
+    @property
+    def key(self) -> tuple[str, int | None]:
+        return (self.code, self.pid)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "severity": str(self.severity),
+            "pid": self.pid,
+            "tids": list(self.tids),
+            "message": self.message,
+            "evidence": dict(self.evidence),
+            "suggestion": None if self.suggestion is None else dict(self.suggestion),
+        }
+
+
+# -- jobs and busy threads ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    root: ProcessRates
+    members: tuple[ProcessRates, ...]  # root first, then workers
+
+    @property
+    def pid(self) -> int:
+        return self.root.sample.pid
+
+    @property
+    def pids(self) -> frozenset[int]:
+        return frozenset(m.sample.pid for m in self.members)
+
+    def threads(self) -> Iterable[tuple[ProcessRates, ThreadRates]]:
+        for member in self.members:
+            for thread in member.threads:
+                yield member, thread
+
+
+def find_jobs(snapshot: Snapshot) -> list[Job]:
+    """Group watched processes into jobs. Where any watched process is on a GPU, the jobs
+    are rooted at GPU processes (a rank), with their watched descendants that are not on
+    a GPU (DataLoader workers); other python processes are then just other tenants. With
+    no GPU process in sight (no NVML), every watched process whose parent is not watched
+    roots a job."""
+    watched = {p.sample.pid: p for p in snapshot.processes if p.sample.watched and not p.sample.kernel}
+    roots = {pid for pid, p in watched.items() if p.sample.gpu_indices}
+    if not roots:
+        roots = {pid for pid, p in watched.items() if (p.sample.ppid or -1) not in watched}
+
+    def root_of(p: ProcessRates) -> int | None:
+        seen: set[int] = set()
+        while p.sample.pid not in roots:
+            seen.add(p.sample.pid)
+            parent = watched.get(p.sample.ppid or -1)
+            if parent is None or parent.sample.pid in seen:
+                return None
+            p = parent
+        return p.sample.pid
+
+    groups: dict[int, list[ProcessRates]] = {}
+    for p in watched.values():
+        root = root_of(p)
+        if root is not None:
+            groups.setdefault(root, []).append(p)
+    jobs = []
+    for root_pid, members in sorted(groups.items()):
+        members.sort(key=lambda m: (m.sample.pid != root_pid, m.sample.pid))
+        jobs.append(Job(root=watched[root_pid], members=tuple(members)))
+    return jobs
+
+
+def demand(thread: ThreadRates, seconds: float) -> float:
+    """CPUs this thread wanted over the interval: (run + run-queue wait) / wall time."""
+    if thread.cpu_ns_delta is None:
+        return 0.0
+    return (thread.cpu_ns_delta + (thread.wait_ns_delta or 0)) / (seconds * 1e9)
+
+
+def busy_threads(job: Job, seconds: float, t: Thresholds) -> list[tuple[ProcessRates, ThreadRates]]:
+    return [(p, th) for p, th in job.threads() if demand(th, seconds) >= t.busy_demand]
+
+
+def wait_ratio(threads: Iterable[ThreadRates]) -> float | None:
+    run = wait = 0
+    for th in threads:
+        if th.cpu_ns_delta is not None and th.wait_ns_delta is not None:
+            run += th.cpu_ns_delta
+            wait += th.wait_ns_delta
+    return wait / (run + wait) if run + wait > 0 else None
+
+
+def _severity(value: float, warn: float, bad: float) -> Severity | None:
+    if value >= bad:
+        return Severity.BAD
+    if value >= warn:
+        return Severity.WARN
+    return None
+
+
+def _tids(threads: Iterable[tuple[ProcessRates, ThreadRates]], most: int = 16) -> tuple[int, ...]:
+    return tuple(sorted(th.sample.tid for _, th in threads))[:most]
+
+
+def _r(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# -- context ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Context:
+    topology: Topology
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
+    expected_masks: Mapping[int, CpuSet] = field(default_factory=dict)  # pid -> what affmon set
+
+
+def job_gpus(job: Job, snapshot: Snapshot) -> list[GpuRates]:
+    indices = {i for m in job.members for i in m.sample.gpu_indices}
+    return [g for g in snapshot.gpus if g.sample.index in indices]
+
+
+# -- the rules ---------------------------------------------------------------------------
+
+
+def rule_starved(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
+    t = ctx.thresholds
+    busy = busy_threads(job, snap.interval_s, t)
+    ratio = wait_ratio(th for _, th in busy)
+    if ratio is None:
+        return []
+    severity = _severity(ratio, t.starved_warn, t.starved_bad)
+    if severity is None:
+        return []
+    worst = sorted(busy, key=lambda pt: -(pt[1].wait_ratio or 0))[:5]
+    return [
+        Finding(
+            "STARVED",
+            severity,
+            job.pid,
+            _tids(busy),
+            f"its {len(busy)} busy threads waited for a CPU {ratio:.0%} of the time they wanted one "
+            f"(a healthy job waits under {t.starved_warn:.0%})",
+            {
+                "wait_ratio": _r(ratio, 3),
+                "busy_threads": len(busy),
+                "demand_cpus": _r(sum(demand(th, snap.interval_s) for _, th in busy)),
+                "involuntary_switches_per_s": _r(sum(th.involuntary_switches_per_s or 0 for _, th in busy), 1),
+                "migrations_per_s": _r(sum(th.migrations_per_s or 0 for _, th in busy), 1),
+                "worst_threads": [
+                    {"tid": th.sample.tid, "name": th.sample.name, "wait_ratio": _r(th.wait_ratio, 3)}
+                    for _, th in worst
+                ],
+            },
+        )
+    ]
+
+
+def rule_mask_too_narrow(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
+    t = ctx.thresholds
+    busy = busy_threads(job, snap.interval_s, t)
+    by_mask: dict[CpuSet, list[tuple[ProcessRates, ThreadRates]]] = {}
+    for p, th in busy:
+        if th.sample.allowed_cpus:
+            by_mask.setdefault(th.sample.allowed_cpus, []).append((p, th))
+    findings = []
+    for mask, threads in by_mask.items():
+        wanted = sum(demand(th, snap.interval_s) for _, th in threads)
+        ratio = wait_ratio(th for _, th in threads) or 0.0
+        if wanted <= len(mask) * t.narrow_factor or ratio < t.starved_warn:
+            continue
+        severity = Severity.BAD if wanted >= 2 * len(mask) or ratio >= t.starved_bad else Severity.WARN
+        findings.append(
+            Finding(
+                "MASK_TOO_NARROW",
+                severity,
+                job.pid,
+                _tids(threads),
+                f"{len(threads)} busy threads want {wanted:.1f} CPUs but their mask allows only "
+                f"{len(mask)} (CPUs {format_cpulist(mask)}), so they queue {ratio:.0%} of the time",
+                {
+                    "mask": format_cpulist(mask),
+                    "cpus_in_mask": len(mask),
+                    "busy_threads": len(threads),
+                    "demand_cpus": _r(wanted),
+                    "wait_ratio": _r(ratio, 3),
+                    "processes": sorted({p.sample.pid for p, _ in threads}),
+                },
+            )
+        )
+    return findings
+
+
+def _others_on(cpus: CpuSet, job: Job, snap: Snapshot, t: Thresholds) -> list[dict[str, Any]]:
+    """Other processes whose busy threads ran on ``cpus`` in the interval."""
+    found = []
+    for p in snap.processes:
+        if p.sample.pid in job.pids:
+            continue
+        on = [
+            th
+            for th in p.threads
+            if th.sample.psr in cpus and th.cpu_percent is not None and th.cpu_percent >= t.other_busy_percent
+        ]
+        if on:
+            found.append(
+                {
+                    "pid": p.sample.pid,
+                    "name": p.sample.name,
+                    "training": p.sample.training,
+                    "kernel": p.sample.kernel,
+                    "cpus": format_cpulist({th.sample.psr for th in on if th.sample.psr is not None}),
+                    "cpu_percent": _r(sum(th.cpu_percent or 0 for th in on), 1),
+                }
+            )
+    return sorted(found, key=lambda o: -float(o["cpu_percent"] or 0))
+
+
+def _pinned(p: ProcessRates, topology: Topology) -> CpuSet | None:
+    """The process's mask when it is narrower than what its cgroup allows, else None."""
+    main = p.sample.main_thread
+    if main is None or main.allowed_cpus is None:
+        return None
+    allowed = (p.sample.cgroup_cpus or topology.allowed_cpus) & topology.online_cpus
+    mask = main.allowed_cpus & topology.online_cpus
+    return mask if mask and mask < allowed else None
+
+
+def rule_contended(job: Job, snap: Snapshot, ctx: Context, jobs: Sequence[Job]) -> list[Finding]:
+    t = ctx.thresholds
+    findings = []
+    busy = busy_threads(job, snap.interval_s, t)
+    ratio = wait_ratio(th for _, th in busy)
+    ran_on = frozenset(th.sample.psr for _, th in busy if th.sample.psr is not None and th.ran)
+    if ratio is not None and ratio >= t.starved_warn and ran_on:
+        others = _others_on(ran_on, job, snap, t)
+        if others:
+            names = ", ".join(f"{o['pid']} ({o['name']})" for o in others[:5])
+            more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+            findings.append(
+                Finding(
+                    "CONTENDED",
+                    Severity.BAD if ratio >= t.starved_bad else Severity.WARN,
+                    job.pid,
+                    _tids(busy),
+                    f"other processes ran busy threads on the CPUs this job uses ({format_cpulist(ran_on)}): "
+                    f"{names}{more}; its busy threads waited {ratio:.0%} of the time",
+                    {"wait_ratio": _r(ratio, 3), "job_cpus": format_cpulist(ran_on), "others": others},
+                )
+            )
+    # Two training jobs pinned onto overlapping CPUs collide even before they starve.
+    mine = _pinned(job.root, ctx.topology)
+    if mine:
+        for other in jobs:
+            if other.pid == job.pid:
+                continue
+            theirs = _pinned(other.root, ctx.topology)
+            if theirs and mine & theirs:
+                findings.append(
+                    Finding(
+                        "CONTENDED",
+                        Severity.WARN,
+                        job.pid,
+                        (job.pid,),
+                        f"its mask ({format_cpulist(mine)}) overlaps the mask of training process "
+                        f"{other.pid} ({other.root.sample.name}, {format_cpulist(theirs)}) on CPUs "
+                        f"{format_cpulist(mine & theirs)}",
+                        {
+                            "mask": format_cpulist(mine),
+                            "other_pid": other.pid,
+                            "other_mask": format_cpulist(theirs),
+                            "overlap": format_cpulist(mine & theirs),
+                        },
+                    )
+                )
+    return _merge_same_code(findings)
+
+
+def _merge_same_code(findings: list[Finding]) -> list[Finding]:
+    """One finding per (code, pid): the worst, with the other messages' evidence kept."""
+    if len(findings) <= 1:
+        return findings
+    worst = max(findings, key=lambda f: f.severity)
+    rest = [f for f in findings if f is not worst]
+    return [
+        replace(
+            worst,
+            message="; ".join([worst.message, *(f.message for f in rest)]),
+            evidence={**worst.evidence, "also": [dict(f.evidence) for f in rest]},
+        )
+    ]
+
+
+def rule_cross_numa(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
+    topo = ctx.topology
+    if len(topo.cpu_numa_nodes) < 2:
+        return []
+    findings = []
+    for gpu in job_gpus(job, snap):
+        if gpu.numa_node is None:
+            continue
+        node = topo.node(gpu.numa_node)
+        if node is None or not node.cpus:
+            continue
+        bus = gpu.sample.pci_bus_id
+        where = f"GPU {gpu.sample.index} ({bus}) is on NUMA node {node.id} (CPUs {format_cpulist(node.cpus)})"
+        main = job.root.sample.main_thread
+        mask = main.allowed_cpus if main else None
+        if mask is not None and not mask & node.cpus:
+            findings.append(
+                Finding(
+                    "CROSS_NUMA",
+                    Severity.BAD,
+                    job.pid,
+                    (job.pid,),
+                    f"{where} but the process's mask ({format_cpulist(mask)}) excludes that node",
+                    {"gpu": gpu.sample.index, "gpu_node": node.id, "mask": format_cpulist(mask)},
+                )
+            )
+            continue
+        busy = busy_threads(job, snap.interval_s, ctx.thresholds)
+        ran = [th for _, th in busy if th.sample.psr is not None]
+        off = [th for th in ran if th.sample.psr not in node.cpus]
+        if ran and len(off) / len(ran) > ctx.thresholds.cross_numa_share:
+            findings.append(
+                Finding(
+                    "CROSS_NUMA",
+                    Severity.WARN,
+                    job.pid,
+                    tuple(sorted(th.sample.tid for th in off)),
+                    f"{where} but {len(off)} of its {len(ran)} busy threads ran on other nodes "
+                    f"(CPUs {format_cpulist({th.sample.psr for th in off if th.sample.psr is not None})})",
+                    {
+                        "gpu": gpu.sample.index,
+                        "gpu_node": node.id,
+                        "busy_threads": len(ran),
+                        "off_node_threads": len(off),
+                        "off_node_nodes": list(topo.nodes_of(th.sample.psr for th in off if th.sample.psr is not None)),
+                    },
+                )
+            )
+        mems = job.root.sample.mems_allowed
+        if mems is not None and node.id not in mems:
+            findings.append(
+                Finding(
+                    "CROSS_NUMA",
+                    Severity.WARN,
+                    job.pid,
+                    (job.pid,),
+                    f"{where} but the process may not allocate memory there (Mems_allowed {format_cpulist(mems)})",
+                    {"gpu": gpu.sample.index, "gpu_node": node.id, "mems_allowed": format_cpulist(mems)},
+                )
+            )
+    return _merge_same_code(findings)
+
+
+def rule_gpu_starved(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
+    t = ctx.thresholds
+    busy = busy_threads(job, snap.interval_s, t)
+    ratio = wait_ratio(th for _, th in busy) or 0.0
+    main = job.root.sample.main_thread
+    main_rates = next((th for th in job.root.threads if main and th.sample.tid == main.tid), None)
+    main_percent = main_rates.cpu_percent if main_rates and main_rates.cpu_percent is not None else 0.0
+    mask = main.allowed_cpus if main else None
+    wanted = sum(demand(th, snap.interval_s) for _, th in busy)
+    saturated = main_percent >= 90 or (mask is not None and wanted >= 0.9 * len(mask))
+    starved = ratio >= t.starved_warn
+    if not (saturated or starved):
+        return []
+    findings = []
+    for gpu in job_gpus(job, snap):
+        util = gpu.sample.util_percent
+        if util is None or gpu.sample.lost or util >= t.gpu_util_low:
+            continue
+        why = f"its CPU threads wait {ratio:.0%} of the time" if starved else "its CPU side is saturated"
+        findings.append(
+            Finding(
+                "GPU_STARVED",
+                Severity.BAD if util < t.gpu_util_low / 2 and starved else Severity.WARN,
+                job.pid,
+                _tids(busy),
+                f"GPU {gpu.sample.index} is only {util}% busy while {why}: the GPU waits for the CPU side",
+                {
+                    "gpu": gpu.sample.index,
+                    "util_percent": util,
+                    "wait_ratio": _r(ratio, 3),
+                    "main_thread_cpu_percent": _r(main_percent, 1),
+                    "demand_cpus": _r(wanted),
+                    "cpus_in_mask": None if mask is None else len(mask),
+                },
+            )
+        )
+    return _merge_same_code(findings)
+
+
+def rule_pcie_degraded(gpu: GpuRates, t: Thresholds) -> Finding | None:
+    link = gpu.link
+    traffic = (gpu.pcie_rx_bytes_per_s or 0) + (gpu.pcie_tx_bytes_per_s or 0)
+    if traffic < t.pcie_traffic_bytes_per_s or gpu.sample.lost:
+        return None
+    slow_gen = link.gen is not None and link.max_gen is not None and link.gen < link.max_gen
+    narrow = link.width is not None and link.max_width is not None and link.width < link.max_width
+    if not (slow_gen or narrow):
+        return None
+    return Finding(
+        "PCIE_DEGRADED",
+        Severity.WARN,
+        None,
+        (),
+        f"GPU {gpu.sample.index}'s PCIe link runs at gen {link.gen} x{link.width}, below its gen "
+        f"{link.max_gen} x{link.max_width}, while moving {traffic / 1e6:.0f} MB/s",
+        {
+            "gpu": gpu.sample.index,
+            "pci_bus_id": gpu.sample.pci_bus_id,
+            "gen": link.gen,
+            "width": link.width,
+            "max_gen": link.max_gen,
+            "max_width": link.max_width,
+            "traffic_bytes_per_s": round(traffic),
+        },
+    )
+
+
+def rule_affinity_drift(job: Job, ctx: Context) -> list[Finding]:
+    findings = []
+    for member in job.members:
+        expected = ctx.expected_masks.get(member.sample.pid)
+        if expected is None:
+            continue
+        drifted = [
+            th.sample
+            for th in member.threads
+            if th.sample.allowed_cpus is not None and th.sample.allowed_cpus != expected
+        ]
+        if drifted:
+            masks = sorted({format_cpulist(th.allowed_cpus or ()) for th in drifted})
+            findings.append(
+                Finding(
+                    "AFFINITY_DRIFT",
+                    Severity.WARN,
+                    job.pid,
+                    tuple(th.tid for th in drifted),
+                    f"affmon pinned process {member.sample.pid} to CPUs {format_cpulist(expected)} but "
+                    f"{len(drifted)} of its threads now have {', '.join(masks)}: other software reset the pin",
+                    {"pid": member.sample.pid, "expected": format_cpulist(expected), "now": masks},
+                    {"cpus": format_cpulist(expected), "move_off": []},
+                )
+            )
+    return _merge_same_code(findings)
+
+
+def evaluate(snapshot: Snapshot, ctx: Context) -> list[Finding]:
+    """Every rule on one interval, before debouncing."""
+    jobs = find_jobs(snapshot)
+    findings: list[Finding] = []
+    for job in jobs:
+        findings += rule_starved(job, snapshot, ctx)
+        findings += rule_mask_too_narrow(job, snapshot, ctx)
+        findings += rule_contended(job, snapshot, ctx, jobs)
+        findings += rule_cross_numa(job, snapshot, ctx)
+        findings += rule_gpu_starved(job, snapshot, ctx)
+        findings += rule_affinity_drift(job, ctx)
+    users = {i: job.pid for job in jobs for m in job.members for i in m.sample.gpu_indices}
+    for gpu in snapshot.gpus:
+        found = rule_pcie_degraded(gpu, ctx.thresholds)
+        if found is not None:
+            findings.append(replace(found, pid=users.get(gpu.sample.index)))
+    return _merge_by_key(findings)
+
+
+def _merge_by_key(findings: list[Finding]) -> list[Finding]:
+    groups: dict[tuple[str, int | None], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault(f.key, []).append(f)
+    merged = []
+    for group in groups.values():
+        merged += _merge_same_code(group)
+    return sorted(merged, key=lambda f: (-f.severity, f.pid or 0, f.code))
+
+
+# -- debouncing ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Track:
+    hits: int
+    clean: int
+    active: bool
+    last: Finding
+
+
+@dataclass(frozen=True)
+class FindingTracker:
+    """Raise a finding after ``raise_after`` consecutive intervals, clear it after
+    ``clear_after`` clean ones. Immutable: ``update`` returns the next tracker."""
+
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
+    tracks: Mapping[tuple[str, int | None], _Track] = field(default_factory=dict)
+
+    def update(self, findings: Sequence[Finding]) -> FindingTracker:
+        t = self.thresholds
+        now = {f.key: f for f in findings}
+        tracks: dict[tuple[str, int | None], _Track] = {}
+        for key, f in now.items():
+            old = self.tracks.get(key)
+            hits = (old.hits if old else 0) + 1
+            active = (old.active if old else False) or hits >= t.raise_after
+            tracks[key] = _Track(hits, 0, active, f)
+        for key, old in self.tracks.items():
+            if key in now:
+                continue
+            clean = old.clean + 1
+            if old.active and clean < t.clear_after:
+                tracks[key] = _Track(0, clean, True, old.last)
+        return FindingTracker(t, tracks)
+
+    @property
+    def active(self) -> list[Finding]:
+        """Raised findings, worst first; a clearing one shows its last evidence."""
+        found = [tr.last for tr in self.tracks.values() if tr.active]
+        return sorted(found, key=lambda f: (-f.severity, f.pid or 0, f.code))
+
+
+def exit_status(findings: Iterable[Finding]) -> int:
+    """``affmon diagnose``'s exit status: 1 when any finding is warn or bad."""
+    return 1 if any(f.severity >= Severity.WARN for f in findings) else 0
