@@ -1,4 +1,4 @@
-"""Command line: ``affmon topology`` and ``affmon snapshot``.
+"""Command line: parses and dispatches to ``affmon.commands``.
 
 Every failure the user can cause (a PID that does not exist, a root that is not a
 tree, a bad XML file, an unknown option) ends as one line on stderr and exit status 2;
@@ -8,18 +8,28 @@ no traceback reaches the user.
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import os
 import sys
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from affmon import __version__
-from affmon.core.errors import AffmonError, SourceError
-from affmon.core.topology import Topology
+from affmon.core.errors import AffmonError
 
 EXIT_USAGE = 2
+
+# subcommand -> (module, function) in affmon.commands, imported only when used
+COMMANDS = {
+    "topology": ("observe", "cmd_topology"),
+    "snapshot": ("observe", "cmd_snapshot"),
+    "record": ("observe", "cmd_record"),
+    "diagnose": ("diagnose", "cmd_diagnose"),
+    "plan": ("pinning", "cmd_plan"),
+    "pin": ("pinning", "cmd_pin"),
+    "exec": ("pinning", "cmd_exec"),
+    "undo": ("pinning", "cmd_undo"),
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def _positive_float(text: str) -> float:
+def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -37,6 +47,15 @@ def _positive_float(text: str) -> float:
     if not value > 0 or value > 3600:
         raise argparse.ArgumentTypeError(f"must be between 0 and 3600 seconds: {text!r}")
     return value
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.isdigit() or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}: {text!r}")
+        return int(text)
+
+    return parse
 
 
 def _pid(text: str) -> int:
@@ -62,65 +81,56 @@ def build_parser() -> argparse.ArgumentParser:
     snap = sub.add_parser("snapshot", help="two samples of the watched processes' threads, as rates")
     snap.add_argument("--pid", type=_pid, action="append", default=[], help="watch PID and its descendants")
     snap.add_argument("--all", action="store_true", help="watch every process, not only training ones")
-    snap.add_argument("--interval", type=_positive_float, default=1.0, metavar="SECONDS")
+    snap.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS")
     snap.add_argument("--root", metavar="DIR", help="read /proc and /sys under DIR")
     snap.add_argument("--no-threads", action="store_true", help="text output: processes only")
     snap.add_argument("--json", action="store_true", help="print JSON")
+
+    rec = sub.add_parser("record", help="write samples as JSON lines, to share or replay a run")
+    rec.add_argument("file", metavar="FILE", help="where to write ('-' for standard output)")
+    rec.add_argument("--duration", type=_seconds, default=10.0, metavar="SECONDS")
+    rec.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS")
+    rec.add_argument("--pid", type=_pid, action="append", default=[], help="watch PID and its descendants")
+    rec.add_argument("--all", action="store_true", help="watch every process")
+
+    diag = sub.add_parser("diagnose", help="what is wrong with the training jobs' CPU placement")
+    diag.add_argument("--pid", type=_pid, action="append", default=[], help="diagnose PID and its descendants")
+    diag.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS")
+    diag.add_argument("--samples", type=_count(3, 1000), default=3, help="samples to take (default 3)")
+    diag.add_argument("--json", action="store_true", help="print JSON")
+
+    plan = sub.add_parser("plan", help="one core set per GPU rank, to launch jobs well")
+    source = plan.add_mutually_exclusive_group()
+    source.add_argument("--root", metavar="DIR", help="plan for a recorded tree that mimics /")
+    source.add_argument("--hwloc-xml", metavar="FILE", help="plan for the machine this hwloc XML describes")
+    plan.add_argument("--ranks-per-gpu", type=_count(1, 64), default=1, metavar="N")
+    plan.add_argument("--json", action="store_true", help="print JSON")
+
+    pin = sub.add_parser("pin", help="set the CPU mask of every thread of a process (journaled, undoable)")
+    pin.add_argument("pid", type=_pid, metavar="PID")
+    what = pin.add_mutually_exclusive_group(required=True)
+    what.add_argument("--cpus", metavar="LIST", help="CPUs to pin to, e.g. 0-7,16-23")
+    what.add_argument("--suggest", action="store_true", help="pin to affmon's suggested core set")
+    pin.add_argument("--with-children", action="store_true", help="also pin its descendants (DataLoader workers)")
+    pin.add_argument("--isolate", action="store_true", help="also move other busy tasks off those CPUs")
+    pin.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
+    pin.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS", help="sampling for --suggest")
+    pin.add_argument("--json", action="store_true", help="print JSON")
+
+    ex = sub.add_parser("exec", help="pin to the plan for a GPU, then run CMD (threads inherit the mask)")
+    which = ex.add_mutually_exclusive_group(required=True)
+    which.add_argument("--gpu", type=_count(0, 1023), metavar="N", help="plan for GPU N (NVML/PCI order)")
+    which.add_argument("--from-env", action="store_true", help="GPU from LOCAL_RANK and CUDA_VISIBLE_DEVICES")
+    ex.add_argument("--ranks-per-gpu", type=_count(1, 64), default=1, metavar="N")
+    ex.add_argument("--dry-run", action="store_true", help="print the mask and the command, run nothing")
+    ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+
+    undo = sub.add_parser("undo", help="restore the masks affmon changed")
+    target = undo.add_mutually_exclusive_group(required=True)
+    target.add_argument("pid", type=_pid, nargs="?", metavar="PID", help="the last pin of PID")
+    target.add_argument("--all", action="store_true", help="every pin affmon made, newest first")
+    undo.add_argument("--json", action="store_true", help="print JSON")
     return parser
-
-
-def load_topology(root: str | None = None, hwloc_xml: str | None = None) -> Topology:
-    if hwloc_xml is not None:
-        from affmon.collect.hwloc_xml import read_hwloc_xml
-
-        return read_hwloc_xml(hwloc_xml)
-    from affmon.collect.sysfs_topology import read_topology
-
-    if root is not None and not os.path.isdir(root):
-        raise SourceError(f"--root {root}: not a directory")
-    return read_topology(root or "/")
-
-
-def _cmd_topology(args: argparse.Namespace) -> int:
-    topology = load_topology(args.root, args.hwloc_xml)
-    if args.json:
-        print(json.dumps(topology.to_json(), indent=2))
-    else:
-        from affmon.core.report import topology_text
-
-        print(topology_text(topology))
-    return 0
-
-
-def _cmd_snapshot(args: argparse.Namespace) -> int:
-    from affmon.collect.sampler import Sampler, Selection
-    from affmon.core.rates import make_snapshot
-    from affmon.core.report import snapshot_json, snapshot_text
-    from affmon.nvml import NvmlGateway
-
-    root = args.root or "/"
-    topology = load_topology(root)
-    gateway = None
-    status = None
-    if root == "/":  # NVML describes this machine, not a recorded one
-        gateway = NvmlGateway()
-        gateway.open()
-        status = gateway.status
-    sampler = Sampler(root, Selection(pids=tuple(args.pid), all=args.all), gpu_source=gateway)
-    sampler.check_pids()
-    try:
-        first = sampler.sample()
-        time.sleep(args.interval)
-        second = sampler.sample()
-    finally:
-        if gateway is not None:
-            gateway.close()
-    snapshot = make_snapshot(first, second, topology)
-    if args.json:
-        print(json.dumps(snapshot_json(snapshot, status), indent=2))
-    else:
-        print(snapshot_text(snapshot, status, threads=not args.no_threads))
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -128,10 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         args = parser.parse_args(["snapshot", *(argv if argv is not None else sys.argv[1:])])
+    module, function = COMMANDS[args.command]
     try:
-        if args.command == "topology":
-            return _cmd_topology(args)
-        return _cmd_snapshot(args)
+        command = getattr(importlib.import_module(f"affmon.commands.{module}"), function)
+        status: int = command(args)
+        return status
     except AffmonError as exc:
         sys.stderr.write(f"affmon: {exc}\n")
         return EXIT_USAGE

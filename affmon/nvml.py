@@ -28,7 +28,7 @@ import contextlib
 import importlib
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
@@ -48,6 +48,13 @@ _VALUE_FIELDS = {
     6: ("usVal", 16),
 }
 PCIE_WINDOW_S = 0.02
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    uuid: str | None
+    pci_bus_id: str | None
 
 
 class _Counter(NamedTuple):
@@ -136,6 +143,16 @@ class NvmlGateway:
 
     def __call__(self) -> tuple[GpuSample, ...]:
         return self.sample()
+
+    def devices(self) -> tuple[DeviceInfo, ...]:
+        """Index, UUID and PCI bus id of every GPU (what ``affmon exec`` maps from)."""
+        found = []
+        for device in self._devices:
+            if device.handle is not None and not device.static_read:
+                with contextlib.suppress(_GpuLost):
+                    self._read_static(device)
+            found.append(DeviceInfo(device.index, device.uuid, device.pci_bus_id))
+        return tuple(found)
 
     # -- sampling -----------------------------------------------------------------
 

@@ -12,8 +12,13 @@ from affmon.core.recording import header_line, read_recording, sample_line
 RECORDING = Path(__file__).parent / "fixtures" / "recordings" / "hogs.jsonl.gz"
 
 
+def recorded_lines() -> list[str]:
+    with gzip.open(RECORDING, "rt", encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
 def test_round_trip_is_exact():
-    lines = gzip.open(RECORDING, "rt", encoding="utf-8").read().splitlines()
+    lines = recorded_lines()
     header, samples = read_recording(lines, "hogs")
     samples = list(samples)
     assert len(samples) == 5
@@ -40,7 +45,7 @@ def test_bad_headers(lines, message):
 
 
 def test_bad_sample_line_names_its_line():
-    lines = gzip.open(RECORDING, "rt", encoding="utf-8").read().splitlines()
+    lines = recorded_lines()
     broken = json.loads(lines[2])
     broken["sample"]["processes"][0]["threads"][0] = [1, 2]
     _, samples = read_recording([lines[0], lines[1], json.dumps(broken)], "f")

@@ -1,0 +1,1 @@
+"""What each ``affmon`` subcommand does; ``affmon.cli`` only parses and dispatches."""

@@ -1,0 +1,88 @@
+"""``affmon diagnose``: sample, run the rules over every interval, print what held."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+
+from affmon.collect.sampler import Selection
+from affmon.commands.common import live_sources
+from affmon.core.advice import attach_suggestions
+from affmon.core.cpuset import CpuSet
+from affmon.core.errors import AffmonError
+from affmon.core.findings import Context, Finding, FindingTracker, Severity, exit_status, find_jobs
+from affmon.core.rates import Snapshot, make_snapshot
+
+
+def expected_masks() -> dict[int, CpuSet]:
+    """What affmon pinned and has not undone, from the journal (empty when none)."""
+    from affmon.actions.journal import Journal, default_journal_path, expected_masks
+
+    path = default_journal_path()
+    if not path.exists():
+        return {}
+    try:
+        return expected_masks(Journal(path))
+    except AffmonError:
+        return {}  # a damaged journal must not stop a diagnosis; `affmon undo` reports it
+
+
+def diagnose(snapshots: list[Snapshot], masks: dict[int, CpuSet]) -> list[Finding]:
+    """Debounced findings over consecutive snapshots, with suggestions from the last."""
+    from affmon.core.findings import evaluate
+
+    tracker = FindingTracker()
+    for snap in snapshots:
+        tracker = tracker.update(evaluate(snap, Context(snap.topology, expected_masks=masks)))
+    return attach_suggestions(tracker.active, snapshots[-1])
+
+
+def findings_text(findings: list[Finding], snap: Snapshot, intervals: int) -> str:
+    """Findings grouped by job, worst first, each job's suggested core set once."""
+    jobs = find_jobs(snap)
+    lines = [
+        f"watched {len(jobs)} training job{'s' if len(jobs) != 1 else ''} "
+        f"({sum(len(j.members) for j in jobs)} processes) over {intervals} intervals"
+    ]
+    if not findings:
+        lines.append("no findings: every watched job's CPU placement looks healthy")
+    by_pid: dict[int | None, list[Finding]] = {}
+    for f in findings:
+        by_pid.setdefault(f.pid, []).append(f)
+    for pid, group in by_pid.items():
+        lines.append("")
+        for f in group:
+            who = f"pid {f.pid}" if f.pid is not None else "machine"
+            lines.append(f"[{f.severity}] {f.code} {who}: {f.message}")
+        suggestion = next((f.suggestion for f in group if f.suggestion), None)
+        if suggestion is None:
+            continue
+        lines.append(f"    suggested CPUs: {suggestion['cpus']}")
+        for key, mark in (("reasons", "-"), ("warnings", "!")):
+            items = suggestion.get(key)
+            for item in items if isinstance(items, list) else []:
+                lines.append(f"      {mark} {item}")
+        move_off = suggestion.get("move_off")
+        isolate = " --isolate" if isinstance(move_off, list) and move_off else ""
+        lines.append(f"    to apply: affmon pin {pid} --suggest --with-children{isolate}")
+    return "\n".join(lines)
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    selection = Selection(pids=tuple(args.pid), others=True)
+    with live_sources(selection) as src:
+        samples = [src.sampler.sample()]
+        for _ in range(args.samples - 1):
+            time.sleep(args.interval)
+            samples.append(src.sampler.sample())
+    snapshots = [make_snapshot(a, b, src.topology) for a, b in itertools.pairwise(samples)]
+    findings = diagnose(snapshots, expected_masks())
+    if args.json:
+        print(json.dumps({"findings": [f.to_json() for f in findings], "nvml": src.nvml_status}, indent=2))
+    else:
+        if src.nvml_status and not src.nvml_status.startswith("NVML:"):
+            print(src.nvml_status)
+        print(findings_text(findings, snapshots[-1], len(snapshots)))
+    return exit_status(f for f in findings if f.severity >= Severity.WARN)

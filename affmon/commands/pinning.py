@@ -1,0 +1,321 @@
+"""``affmon plan``, ``affmon pin``, ``affmon exec`` and ``affmon undo``.
+
+The only writes to the system go through ``affmon.actions.pin``; this module decides what
+to ask for and says what happened, in plain words.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from affmon.actions.journal import Journal, default_journal_path
+from affmon.actions.pin import DryRunAffinity, PinResult, UndoResult, pin, undo
+from affmon.collect.sampler import Selection
+from affmon.commands.common import live_sources, load_topology
+from affmon.core.advice import job_of, occupants, suggest_for_job
+from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
+from affmon.core.errors import AffmonError, ParseError, SourceError
+from affmon.core.planner import MachinePlan, RankPlan, Suggestion, plan_machine
+from affmon.core.rates import make_snapshot
+from affmon.core.topology import Topology
+
+EXIT_FAILED = 1
+
+
+# -- plan ----------------------------------------------------------------------------
+
+
+def launch_lines(p: RankPlan) -> dict[str, str]:
+    cpus = format_cpulist(p.cpus)
+    numactl = f"numactl --physcpubind={cpus}"
+    if p.numa_node is not None:
+        numactl += f" --membind={p.numa_node}"
+    return {"taskset": f"taskset -c {cpus}", "numactl": numactl}
+
+
+def plan_json(plan: MachinePlan) -> dict[str, Any]:
+    return {
+        "plans": [
+            {
+                "pci_bus_id": p.pci_bus_id,
+                "gpu_index": p.gpu_index,
+                "rank": p.rank,
+                "numa_node": p.numa_node,
+                "cpus": format_cpulist(p.cpus),
+                "reasons": list(p.reasons),
+                "launch": launch_lines(p),
+            }
+            for p in plan.plans
+        ],
+        "warnings": list(plan.warnings),
+    }
+
+
+def plan_text(plan: MachinePlan) -> str:
+    lines = []
+    for w in plan.warnings:
+        lines.append(f"! {w}")
+    for p in plan.plans:
+        gpu = "no GPU" if p.pci_bus_id is None else f"GPU {p.gpu_index} ({p.pci_bus_id})"
+        node = "node ?" if p.numa_node is None else f"node {p.numa_node}"
+        lines.append(f"{gpu} rank {p.rank}: CPUs {format_cpulist(p.cpus)} ({len(p.cpus)} CPUs, {node})")
+        for reason in p.reasons:
+            lines.append(f"    - {reason}")
+        launch = launch_lines(p)
+        lines.append(f"    {launch['taskset']}    or    {launch['numactl']}")
+    return "\n".join(lines)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan = plan_machine(load_topology(args.root, args.hwloc_xml), args.ranks_per_gpu)
+    print(json.dumps(plan_json(plan), indent=2) if args.json else plan_text(plan))
+    return 0
+
+
+# -- pin -----------------------------------------------------------------------------
+
+
+def parse_cpus(text: str, topology: Topology) -> CpuSet:
+    try:
+        cpus = parse_cpulist(text)
+    except ParseError as exc:
+        raise AffmonError(f"--cpus {text!r} is not a CPU list ({exc}); write it like 0-7,16-23") from None
+    if not cpus:
+        raise AffmonError("--cpus is empty: give at least one CPU")
+    missing = cpus - topology.online_cpus
+    if missing:
+        raise AffmonError(
+            f"CPUs {format_cpulist(missing)} are offline or do not exist "
+            f"(online: {format_cpulist(topology.online_cpus)})"
+        )
+    return cpus
+
+
+def suggestion_text(s: Suggestion) -> list[str]:
+    lines = [f"suggested CPUs {format_cpulist(s.cpus)}"]
+    lines += [f"  - {r}" for r in s.reasons]
+    lines += [f"  ! {w}" for w in s.warnings]
+    if s.move_off:
+        lines.append(f"  processes on those CPUs: {' '.join(map(str, s.move_off))} (--isolate moves them off)")
+    return lines
+
+
+def pin_json(result: PinResult, suggestion: Suggestion | None) -> dict[str, Any]:
+    return {
+        "ok": result.ok,
+        "dry_run": result.dry_run,
+        "cpus": format_cpulist(result.cpus),
+        "error": result.error,
+        "warning": result.warning,
+        "rolled_back": result.rolled_back,
+        "journal_id": result.journal_id,
+        "suggestion": None
+        if suggestion is None
+        else {
+            "cpus": format_cpulist(suggestion.cpus),
+            "move_off": list(suggestion.move_off),
+            "reasons": list(suggestion.reasons),
+            "warnings": list(suggestion.warnings),
+        },
+        "threads": [_thread_json(t) for t in result.threads],
+    }
+
+
+def _thread_json(t: Any) -> dict[str, Any]:
+    return {
+        "pid": t.pid,
+        "tid": t.tid,
+        "before": None if t.before is None else format_cpulist(t.before),
+        "after": None if t.after is None else format_cpulist(t.after),
+        "status": t.status,
+        "message": t.message,
+    }
+
+
+def result_text(result: PinResult) -> list[str]:
+    verb = "would set" if result.dry_run else "set"
+    counts: dict[str, int] = {}
+    for t in result.threads:
+        counts[t.status] = counts.get(t.status, 0) + 1
+    lines = []
+    for t in result.threads:
+        before = "?" if t.before is None else format_cpulist(t.before)
+        after = "?" if t.after is None else format_cpulist(t.after)
+        note = f"  {t.message}" if t.message else ""
+        lines.append(f"  {t.pid:>8} {t.tid:>8} {t.status:<10} {before:>12} -> {after:<12}{note}")
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    if result.ok:
+        lines.append(f"{verb} CPUs {format_cpulist(result.cpus)}: {summary}")
+        if result.journal_id:
+            lines.append(f"journaled as {result.journal_id}; `affmon undo` puts every mask back")
+    else:
+        state = "every thread was put back as it was" if result.rolled_back else "nothing was changed"
+        lines.append(f"pin failed ({summary}); {state}")
+    if result.warning:
+        lines.append(f"warning: {result.warning}")
+    return lines
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    suggestion = None
+    isolate_candidates: tuple[int, ...] = ()
+    need_sample = args.suggest or args.isolate
+    if need_sample:
+        selection = Selection(pids=(args.pid,), others=True)
+        with live_sources(selection) as src:
+            first = src.sampler.sample()
+            time.sleep(args.interval)
+            snapshot = make_snapshot(first, src.sampler.sample(), src.topology)
+        topology = src.topology
+        job = job_of(snapshot, args.pid)
+        if job is None:
+            raise SourceError(f"no such process: {args.pid}")
+        if args.suggest:
+            suggestion = suggest_for_job(job, snapshot)
+            cpus = suggestion.cpus
+        else:
+            cpus = parse_cpus(args.cpus, topology)
+        if args.isolate:
+            isolate_candidates = tuple(sorted(o.pid for o in occupants(snapshot, job.pids) if o.cpus & cpus))
+    else:
+        topology = load_topology()
+        cpus = parse_cpus(args.cpus, topology)
+    if not cpus:
+        raise AffmonError("the suggestion is empty: nothing to pin to")
+    journal = None if args.dry_run else Journal(default_journal_path())
+    result = pin(
+        args.pid,
+        cpus,
+        with_children=args.with_children,
+        ops=DryRunAffinity() if args.dry_run else None,
+        journal=journal,
+        isolate=args.isolate,
+        isolate_candidates=isolate_candidates,
+    )
+    if args.json:
+        print(json.dumps(pin_json(result, suggestion), indent=2))
+    else:
+        if suggestion is not None:
+            print("\n".join(suggestion_text(suggestion)))
+        print("\n".join(result_text(result)))
+    if not result.ok:
+        sys.stderr.write(f"affmon: {result.error}\n")
+        return EXIT_FAILED
+    return 0
+
+
+# -- exec ----------------------------------------------------------------------------
+
+
+def _gpu_from_env() -> tuple[str, int]:
+    """(the CUDA_VISIBLE_DEVICES entry or index this rank uses, local rank)."""
+    local = os.environ.get("LOCAL_RANK")
+    if local is None or not local.isdigit():
+        raise AffmonError("--from-env needs LOCAL_RANK (set by torchrun) to be a number")
+    rank = int(local)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return str(rank), rank
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if rank >= len(entries):
+        raise AffmonError(f"LOCAL_RANK {rank} but CUDA_VISIBLE_DEVICES lists {len(entries)} GPUs ({visible})")
+    return entries[rank], rank
+
+
+def _bus_id_for(entry: str, topology: Topology) -> str:
+    """The PCI bus id of a GPU given as an NVML index or a UUID."""
+    from affmon.nvml import NvmlGateway
+
+    gateway = NvmlGateway(pcie_window_s=0.0)
+    if gateway.open():
+        try:
+            for device in gateway.devices():
+                named = entry == str(device.index) or bool(device.uuid and device.uuid.startswith(entry))
+                if named and device.pci_bus_id:
+                    return device.pci_bus_id
+        finally:
+            gateway.close()
+    if entry.isdigit():  # no NVML: NVIDIA GPUs in PCI bus order, as NVML enumerates them
+        nvidia = [g.pci_bus_id for g in topology.gpus if g.vendor == "nvidia"] or [g.pci_bus_id for g in topology.gpus]
+        if int(entry) < len(nvidia):
+            return nvidia[int(entry)]
+    raise AffmonError(f"no GPU {entry!r} on this machine ({len(topology.gpus)} GPUs found)")
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise AffmonError("exec needs a command after --, e.g. affmon exec --gpu 0 -- python train.py")
+    topology = load_topology()
+    if args.from_env:
+        entry, local_rank = _gpu_from_env()
+        rank = local_rank % args.ranks_per_gpu
+    else:
+        entry, rank = str(args.gpu), 0
+    bus_id = _bus_id_for(entry, topology)
+    plan = plan_machine(topology, args.ranks_per_gpu)
+    mine = next((p for p in plan.plans if p.pci_bus_id == bus_id and p.rank == rank), None)
+    if mine is None or not mine.cpus:
+        raise AffmonError(f"no plan for GPU {bus_id} rank {rank}")
+    if args.dry_run:
+        print(f"would pin to CPUs {format_cpulist(mine.cpus)} (GPU {bus_id}, rank {rank}) and run: {' '.join(command)}")
+        return 0
+    try:
+        os.sched_setaffinity(0, mine.cpus)
+    except OSError as exc:
+        raise AffmonError(
+            f"cannot pin to CPUs {format_cpulist(mine.cpus)}: {exc.strerror} (outside this process's cpuset?)"
+        ) from None
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        sys.stderr.write(f"affmon: cannot run {command[0]}: {exc.strerror}\n")
+        return 127
+    return 0  # not reached: execvp replaced this process
+
+
+# -- undo ----------------------------------------------------------------------------
+
+
+def undo_text(result: UndoResult) -> list[str]:
+    lines = []
+    for t in result.threads:
+        before = "?" if t.before is None else format_cpulist(t.before)
+        after = "?" if t.after is None else format_cpulist(t.after)
+        note = f"  {t.message}" if t.message else ""
+        lines.append(f"  {t.pid:>8} {t.tid:>8} {t.status:<10} {before:>12} -> {after:<12}{note}")
+    if result.ok:
+        lines.append(f"undid {len(result.entry_ids)} pin(s): {', '.join(result.entry_ids) or 'none'}")
+    return lines
+
+
+def cmd_undo(args: argparse.Namespace) -> int:
+    path = default_journal_path()
+    if not path.exists():
+        raise AffmonError(f"nothing to undo: no journal at {path}")
+    result = undo(Journal(path), None if args.all else args.pid)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ok": result.ok,
+                    "entries": list(result.entry_ids),
+                    "error": result.error,
+                    "threads": [_thread_json(t) for t in result.threads],
+                },
+                indent=2,
+            )
+        )
+    else:
+        print("\n".join(undo_text(result)))
+    if not result.ok:
+        sys.stderr.write(f"affmon: {result.error}\n")
+        return EXIT_FAILED
+    return 0

@@ -1,0 +1,629 @@
+"""The core-set planner: which CPUs each GPU rank should run on, and where one process
+should move. Pure: it takes a ``Topology`` and observations and returns values whose
+``reasons`` and ``warnings`` say why in plain sentences, with the numbers.
+
+The rules, in order of preference (background in research/affinity_numa.md, sections 1,
+2 and 10):
+
+1. Domain: the allowed CPUs of the GPU's NUMA node, or the GPU's own local CPUs where
+   they are narrower than the node (an MI250X GCD local to one L3 group). Unknown
+   locality is said, never guessed as node 0 (torch's ``max(numa_node, 0)``); a GPU
+   whose local CPUs are all outside the allowed set is said too. Both fall back to the
+   allowed CPUs.
+2. Whole physical cores with all their SMT siblings; a core partly outside the pool is
+   left out unless that leaves nothing.
+3. Cores not used by other training processes, shared evenly among the ranks of one
+   domain (torch ``--numa-binding=exclusive``: remainder cores to the lowest GPU
+   indexes; fewer cores than ranks: every rank shares the whole domain, with a warning).
+4. Enough CPUs for the busy threads (a warning otherwise).
+5. Contiguous within an L3 group where possible: cores are ordered by L3 group, then by
+   first CPU, and shares tile that order.
+6. (``suggest``) among equally good windows, the one keeping most of the CPUs the
+   process ran on; then the one closest to the slice ``plan_machine`` gives its rank
+   (so suggestions for every rank of a domain keep tiling it); then the lowest CPUs.
+
+Measured on the H200 machine (NOTES.md): narrowing a job's mask while another tenant's
+busy threads stay on those cores made it slower (904 vs 1198 samples/s); moving them off
+gave 1695. So ``suggest`` avoids cores where other busy processes run, and names those
+it could not avoid in ``move_off``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from affmon.core.cpuset import EMPTY, CpuSet, format_cpulist
+from affmon.core.topology import Topology, normalize_bus_id
+
+# A process using less than this (percent of one CPU) is noise, not a tenant to move.
+MOVE_OFF_MIN_CPU_PERCENT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Occupant:
+    """Another process and the CPUs it holds or uses."""
+
+    pid: int
+    name: str
+    cpus: CpuSet  # CPUs where its busy threads ran in the last interval (or its mask when pinned)
+    cpu_percent: float  # how busy (100 = one CPU)
+    training: bool  # a training process (python/launcher/GPU user) vs another tenant
+    gpu_bus_ids: tuple[str, ...] = ()  # GPUs it uses (training processes)
+    pinned_cpus: CpuSet | None = None  # its mask when narrower than the machine (None: unpinned)
+
+
+@dataclass(frozen=True, slots=True)
+class RankPlan:
+    """The CPUs for one rank of one GPU. ``numa_node`` is the node holding ``cpus`` (None
+    when they span several); ``domain_cpus`` is the pool the rank's share was cut from."""
+
+    pci_bus_id: str | None
+    gpu_index: int | None  # index among GPUs of the same vendor sorted by bus id (NVML / ROCm order)
+    rank: int  # 0..ranks_per_gpu-1 within that GPU
+    numa_node: int | None
+    cpus: CpuSet
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+    domain_cpus: CpuSet = EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class MachinePlan:
+    """Every rank's plan; ``warnings`` gathers the ranks' warnings once each, ``notes``
+    says which allowed CPUs no plan uses (a NUMA node without a GPU)."""
+
+    plans: tuple[RankPlan, ...]
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    cpus: CpuSet
+    numa_node: int | None
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...]
+    move_off: tuple[int, ...]  # pids whose busy threads run on `cpus` and would have to move off
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    """Where a GPU's ranks belong: ``cpus`` is its local CPUs that are allowed, or the
+    allowed CPUs when ``local`` is False (locality unknown, or nothing local allowed)."""
+
+    cpus: CpuSet
+    name: str  # "NUMA node 1", "CPUs 48-55,112-119", "the allowed CPUs 0-15"
+    numa_node: int | None
+    local: bool
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+
+def allowed_pool(topology: Topology, allowed_cpus: CpuSet | None) -> tuple[CpuSet, tuple[str, ...]]:
+    """The online CPUs a process may use: its cgroup's, else the topology's."""
+    online = topology.online_cpus
+    base = (topology.allowed_cpus & online) or online
+    if allowed_cpus is None:
+        return base, ()
+    mine = allowed_cpus & online
+    if mine:
+        return mine, ()
+    return base, (
+        f"Its allowed CPUs ({_fmt(allowed_cpus)}) hold no online CPU, so the plan uses the machine's allowed CPUs "
+        f"{_fmt(base)}.",
+    )
+
+
+def gpu_domain(topology: Topology, bus_id: str, allowed: CpuSet) -> Domain:
+    """The domain of one GPU within ``allowed`` (rule 1)."""
+    shown = normalize_bus_id(bus_id)
+    gpu = topology.gpu(bus_id)
+    fallback = f"the allowed CPUs {_fmt(allowed)}"
+    if gpu is None:
+        warning = f"GPU {shown} is not in the topology, so its locality is unknown: planning within {fallback}."
+        return Domain(allowed, fallback, None, False, (), (warning,))
+    online = topology.online_cpus
+    local = None if gpu.local_cpus is None else gpu.local_cpus & online
+    node = None if gpu.numa_node is None else topology.node(gpu.numa_node)
+    node_cpus = EMPTY if node is None else node.cpus & online
+    node_id: int | None
+    if node is not None and node_cpus:
+        node_id = node.id
+        if local and local < node_cpus:
+            cpus, name = local, f"CPUs {_fmt(local)}"
+            where = f"CPUs {_fmt(local)}, {_cache_phrase(topology, local)} of NUMA node {node.id}"
+        else:
+            cpus, name = node_cpus, f"NUMA node {node.id}"
+            where = f"NUMA node {node.id} (CPUs {_fmt(node_cpus)})"
+    elif local and local != online:
+        nodes = topology.nodes_of(local)
+        node_id = nodes[0] if len(nodes) == 1 else None
+        cpus, name = local, f"CPUs {_fmt(local)}"
+        where = f"CPUs {_fmt(local)} ({_nodes_phrase(nodes)}; the firmware gives no NUMA node)"
+    else:
+        known = "no local CPU list" if not local else f"local CPUs {_fmt(local)}, the whole machine"
+        text = (
+            f"GPU {shown}'s locality is unknown (no NUMA node and {known}): planning within {fallback} "
+            "instead of guessing node 0."
+        )
+        if len(topology.cpu_numa_nodes) == 1:  # one node: nothing to get wrong, so a reason
+            reason = (
+                f"GPU {shown}'s NUMA node is unknown ({known}), but the machine has a single NUMA node: "
+                f"planning within {fallback}."
+            )
+            return Domain(allowed, fallback, None, False, (reason,), ())
+        return Domain(allowed, fallback, None, False, (), (text,))
+    reason = f"GPU {shown} is local to {where}."
+    pool = cpus & allowed
+    if not pool:
+        warning = (
+            f"None of GPU {shown}'s local CPUs is allowed here (allowed: {_fmt(allowed)}), "
+            f"so it cannot run near its GPU: planning within {fallback}."
+        )
+        return Domain(allowed, fallback, node_id, False, (reason,), (warning,))
+    reasons = [reason]
+    if pool != cpus:
+        reasons.append(
+            f"{len(cpus - pool)} of those CPUs ({_fmt(cpus - pool)}) are not allowed, leaving {len(pool)} "
+            f"({_fmt(pool)})."
+        )
+        name = f"{name} (its allowed part)"
+    return Domain(pool, name, node_id, True, tuple(reasons), ())
+
+
+# --------------------------------------------------------------------------------------
+# Cores in L3 order, and shares of them
+
+
+@dataclass(frozen=True, slots=True)
+class CoreUnits:
+    """The pool's cores (the planner's units) in L3 order, with what was left out."""
+
+    units: tuple[CpuSet, ...]
+    unit: str  # "whole core", or "partial core" when no core lies wholly in the pool
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+
+def core_units(topology: Topology, pool: CpuSet) -> CoreUnits:
+    """Whole cores inside ``pool`` ordered by L3 group then first CPU (rules 2 and 5).
+    Cores partly outside the pool are dropped; if that leaves none, their parts are used."""
+    whole: list[CpuSet] = []
+    partial: list[CpuSet] = []
+    covered: set[int] = set()
+    for core in topology.cores:
+        inside = core.cpus & pool
+        if inside:
+            covered |= inside
+            (whole if inside == core.cpus else partial).append(inside)
+    whole += [frozenset({cpu}) for cpu in sorted(pool - covered)]  # CPUs no core lists
+    reasons: list[str] = []
+    warnings: list[str] = []
+    units = whole
+    if not whole and partial:
+        units = partial
+        warnings.append(
+            f"Every core of CPUs {_fmt(pool)} is only partly allowed, so whole cores are impossible: "
+            f"using the {len(partial)} cores' allowed CPUs."
+        )
+    elif partial:
+        reasons.append(
+            f"Left out so that no core is split: {_n(len(partial), 'core')} only partly inside CPUs {_fmt(pool)} "
+            f"(CPUs {_fmt(_union(partial))})."
+        )
+    l3_of = _l3_index(topology)
+    units.sort(key=lambda u: (l3_of.get(min(u), len(topology.l3_groups)), min(u)))
+    unit = "whole core" if units is whole else "partial core"
+    return CoreUnits(tuple(units), unit, tuple(reasons), tuple(warnings))
+
+
+def even_split(n_units: int, n_ranks: int) -> list[int] | None:
+    """Shares of ``n_units`` for ``n_ranks`` ranks, the remainder to the first ones
+    (torch ``exclusive``); None when there are fewer units than ranks."""
+    k, extra = divmod(n_units, n_ranks)
+    if k == 0:
+        return None
+    return [k + 1] * extra + [k] * (n_ranks - extra)
+
+
+def slices(units: Sequence[CpuSet], sizes: Sequence[int]) -> list[Sequence[CpuSet]]:
+    """Consecutive runs of ``units`` of the given sizes: the ranks' contiguous shares."""
+    runs: list[Sequence[CpuSet]] = []
+    start = 0
+    for size in sizes:
+        runs.append(units[start : start + size])
+        start += size
+    return runs
+
+
+def _l3_index(topology: Topology) -> dict[int, int]:
+    return {cpu: i for i, group in enumerate(topology.l3_groups) for cpu in group.cpus}
+
+
+def _l3_span(l3_of: dict[int, int], units: Iterable[CpuSet]) -> int:
+    return len({l3_of.get(min(u), -1) for u in units})
+
+
+def _union(units: Iterable[CpuSet]) -> CpuSet:
+    return EMPTY.union(*units)
+
+
+# --------------------------------------------------------------------------------------
+# plan_machine
+
+
+def gpu_indexes(topology: Topology) -> dict[str, int]:
+    """Each GPU's index among the GPUs of its vendor sorted by bus id (NVML, ROCm order)."""
+    seen: dict[str, int] = {}
+    indexes: dict[str, int] = {}
+    for gpu in topology.gpus:  # sorted by bus id
+        indexes[gpu.pci_bus_id] = seen.get(gpu.vendor, 0)
+        seen[gpu.vendor] = indexes[gpu.pci_bus_id] + 1
+    return indexes
+
+
+def plan_machine(topology: Topology, ranks_per_gpu: int = 1) -> MachinePlan:
+    """A plan for every rank of every GPU, as a launcher would bind them: the GPUs of one
+    domain split its cores evenly, in bus-id order, ``ranks_per_gpu`` slices per GPU."""
+    if ranks_per_gpu < 1:
+        raise ValueError(f"ranks_per_gpu must be at least 1, not {ranks_per_gpu}")
+    allowed, allowed_warnings = allowed_pool(topology, None)
+    if not topology.gpus:
+        return MachinePlan((), ("No GPU found, so there is nothing to plan.",))
+    domains = {g.pci_bus_id: gpu_domain(topology, g.pci_bus_id, allowed) for g in topology.gpus}
+    groups: dict[CpuSet, list[str]] = {}
+    for gpu in topology.gpus:
+        groups.setdefault(domains[gpu.pci_bus_id].cpus, []).append(gpu.pci_bus_id)
+    plans: list[RankPlan] = []
+    for bus_ids in groups.values():  # in order of each group's lowest bus id
+        taken = _union(p.cpus for p in plans)
+        plans += _plan_domain(topology, [domains[b] for b in bus_ids], bus_ids, ranks_per_gpu, taken)
+    warnings = tuple(dict.fromkeys([*allowed_warnings, *(w for p in plans for w in p.warnings)]))
+    return MachinePlan(tuple(plans), warnings, _unused_notes(topology, allowed, _union(p.cpus for p in plans)))
+
+
+def _plan_domain(
+    topology: Topology, domains: list[Domain], bus_ids: list[str], ranks_per_gpu: int, taken: CpuSet
+) -> list[RankPlan]:
+    """The ranks of the GPUs sharing one domain: even contiguous slices of its cores."""
+    domain = domains[0]
+    found = core_units(topology, domain.cpus)
+    units = list(found.units)
+    ranks = [(i, rank) for i in range(len(bus_ids)) for rank in range(ranks_per_gpu)]
+    shared_reasons = list(found.reasons)
+    shared_warnings = list(found.warnings)
+    free = [u for u in units if not u & taken]
+    if len(free) < len(units):  # domains overlap: cores an earlier domain's ranks hold
+        if len(free) >= len(ranks):
+            shared_reasons.append(f"{_n(len(units) - len(free), 'core')} already planned for other GPUs are left out.")
+            units = free
+        else:
+            shared_warnings.append(f"{domain.name} shares cores with other GPUs' plans: too few are left.")
+    sizes = even_split(len(units), len(ranks))
+    who = f"{len(bus_ids)} GPUs" if len(bus_ids) > 1 else "1 GPU"
+    if ranks_per_gpu > 1:
+        who += f" ({len(ranks)} ranks)"
+    l3_of = _l3_index(topology)
+    indexes = gpu_indexes(topology)
+    shares = slices(units, sizes) if sizes is not None else [units] * len(ranks)
+    plans = []
+    for n, (i, rank) in enumerate(ranks):
+        chosen = shares[n]
+        reasons = [*domains[i].reasons, *shared_reasons]
+        warnings = [*domains[i].warnings, *shared_warnings]
+        if sizes is None:
+            reasons.append(
+                f"It shares all {_n(len(units), 'core')} of {domain.name} with the other {len(ranks) - 1} ranks."
+            )
+            warnings.append(
+                f"{domain.name} has {_n(len(units), 'core')} for {len(ranks)} ranks: fewer cores than ranks, "
+                "so they all share it (oversubscribed)."
+            )
+        else:
+            reasons.append(_share_sentence(chosen, found.unit, domain.name, len(units), who, len(ranks)))
+            if sizes[n] > sizes[-1]:
+                reasons.append(
+                    f"It holds one of the {len(units) % len(ranks)} cores left over by the even split, "
+                    "which go to the lowest GPU indexes."
+                )
+        if topology.l3_groups:
+            reasons.append(_l3_sentence(topology, l3_of, chosen))
+        cpus = _union(chosen)
+        nodes = topology.nodes_of(cpus)
+        plans.append(
+            RankPlan(
+                pci_bus_id=bus_ids[i],
+                gpu_index=indexes[bus_ids[i]],
+                rank=rank,
+                numa_node=nodes[0] if len(nodes) == 1 else None,
+                cpus=cpus,
+                reasons=tuple(reasons),
+                warnings=tuple(warnings),
+                domain_cpus=_union(units),
+            )
+        )
+    return plans
+
+
+def _share_sentence(chosen: Sequence[CpuSet], unit: str, name: str, n_units: int, who: str, n_ranks: int) -> str:
+    size = f"{_n(len(chosen), unit)}, {_n(len(_union(chosen)), 'CPU')}"
+    if n_ranks == 1:
+        return f"{size}: all {n_units} cores of {name}, for {who} alone."
+    return f"{size}: an even share of the {n_units} cores of {name} among {who}."
+
+
+def _l3_sentence(topology: Topology, l3_of: dict[int, int], chosen: Sequence[CpuSet]) -> str:
+    level = topology.l3_groups[0].level
+    indexes = sorted({l3_of[min(u)] for u in chosen if min(u) in l3_of})
+    if not indexes:
+        return f"Its cores are in no L{level} cache group."
+    if len(indexes) == 1:
+        return f"Its cores share one L{level} cache (CPUs {_fmt(topology.l3_groups[indexes[0]].cpus)})."
+    return f"Its cores span {len(indexes)} L{level} caches, filled one after the other."
+
+
+def _unused_notes(topology: Topology, allowed: CpuSet, planned: CpuSet) -> tuple[str, ...]:
+    notes = []
+    left = allowed - planned
+    for node in topology.cpu_numa_nodes:
+        mine = node.cpus & allowed
+        if mine and mine <= left:
+            notes.append(f"NUMA node {node.id} (CPUs {_fmt(mine)}) serves no GPU, so no plan uses it.")
+            left -= mine
+    if left:
+        notes.append(f"CPUs {_fmt(left)} are in no plan.")
+    return tuple(notes)
+
+
+# --------------------------------------------------------------------------------------
+# suggest
+
+
+def suggest(
+    topology: Topology,
+    *,
+    gpu_bus_ids: tuple[str, ...],
+    allowed_cpus: CpuSet | None,
+    current_cpus: CpuSet,
+    demand_cpus: float,
+    others: Sequence[Occupant],
+) -> Suggestion:
+    """The CPUs one process (a training rank) should run on, given who else runs where."""
+    allowed, first_warnings = allowed_pool(topology, allowed_cpus)
+    reasons: list[str] = []
+    warnings = list(first_warnings)
+    cache: dict[str, Domain] = {}
+
+    def domain_of(bus_id: str) -> Domain:
+        key = normalize_bus_id(bus_id)
+        if key not in cache:
+            cache[key] = gpu_domain(topology, key, allowed)
+        return cache[key]
+
+    targets = tuple(dict.fromkeys(normalize_bus_id(b) for b in gpu_bus_ids))
+    if not targets:
+        pool, name = allowed, f"its allowed CPUs {_fmt(allowed)}"
+        reasons.append(
+            f"It uses no GPU that affmon could match, so the plan is within its allowed CPUs {_fmt(allowed)}."
+        )
+    else:
+        own = [domain_of(b) for b in targets]
+        for d in own:
+            reasons += d.reasons
+            warnings += d.warnings
+        pool = _union(d.cpus for d in own)
+        name = own[0].name if len({d.cpus for d in own}) == 1 else f"CPUs {_fmt(pool)}"
+        nodes = sorted({n for d in own if (n := d.numa_node) is not None})
+        if len(nodes) > 1:
+            warnings.append(
+                f"It uses GPUs on NUMA nodes {', '.join(map(str, nodes))}: cross-NUMA by design, so the plan is "
+                f"within the union of their CPUs ({_fmt(pool)})."
+            )
+        elif len({d.cpus for d in own}) > 1:
+            reasons.append(f"Its {len(targets)} GPUs have different local CPUs; the plan is within their union.")
+    found = core_units(topology, pool)
+    units = found.units
+    reasons += found.reasons
+    warnings += found.warnings
+
+    # Rule 3: the ranks sharing this domain, and the share of this one.
+    order = {g.pci_bus_id: i for i, g in enumerate(topology.gpus)}
+
+    def first_gpu(bus_ids: Iterable[str]) -> int:
+        return min((order.get(normalize_bus_id(b), len(order)) for b in bus_ids), default=len(order))
+
+    peers = [o for o in others if o.training and any(domain_of(b).cpus & pool for b in o.gpu_bus_ids)]
+    ranks = sorted([(first_gpu(p.gpu_bus_ids), 0, p.pid) for p in peers] + [(first_gpu(targets), 1, 0)])
+    position = ranks.index((first_gpu(targets), 1, 0))
+    sizes = even_split(len(units), len(ranks))
+    claimed = _union(_held(o) for o in others if o.training)
+    hogs = [o for o in others if not o.training and o.cpu_percent >= MOVE_OFF_MIN_CPU_PERCENT]
+    busy = [o for o in others if o.cpu_percent >= MOVE_OFF_MIN_CPU_PERCENT]
+    need_cpus = math.ceil(demand_cpus) if demand_cpus > 0 else 0
+    widest = max((len(u) for u in units), default=1)
+    need_units = math.ceil(need_cpus / widest)
+
+    l3_of = _l3_index(topology)
+    if sizes is None:
+        chosen: Sequence[CpuSet] = units
+        warnings.append(
+            f"{name} has {_n(len(units), 'core')} for {len(ranks)} training processes: fewer cores than processes, "
+            "so they all share it (oversubscribed)."
+        )
+    else:
+        share = sizes[position]
+        tiles = [_union(tile) for tile in slices(units, sizes)]  # plan_machine's slices
+        if len(ranks) == 1:
+            reasons.append(f"No other training process uses {name}, so its share is all {_n(len(units), 'core')}.")
+        else:
+            reasons.append(
+                f"Its even share of the {_n(len(units), 'core')} of {name} among {len(ranks)} training processes "
+                f"is {_n(share, 'core')}."
+            )
+        candidates, size, why = _candidates(units, share, need_units, need_cpus, claimed, hogs)
+        reasons += why
+        held = sum(1 for u in units if u & claimed)
+        if held:
+            holders = ", ".join(str(o.pid) for o in others if o.training and _held(o) & pool)
+            if not any(u & claimed for u in candidates):
+                reasons.append(f"It avoids {_n(held, 'core')} held by other training processes ({holders}).")
+            else:
+                warnings.append(
+                    f"Only {len(units) - held} cores are not held by other training processes ({holders}), fewer "
+                    f"than {size}: the suggestion overlaps them as little as it can."
+                )
+        chosen = _best_window(l3_of, candidates, size, claimed, busy, current_cpus, tiles, tiles[position])
+    cpus = _union(chosen)
+    reasons.append(f"Suggested: {_n(len(chosen), found.unit)}, {_n(len(cpus), 'CPU')} ({_fmt(cpus)}).")
+    if topology.l3_groups:
+        reasons.append(_l3_sentence(topology, l3_of, chosen))
+    kept = len(cpus & current_cpus)
+    if kept:
+        reasons.append(f"It keeps {kept} of the {len(current_cpus)} CPUs it ran on, so its caches stay warm.")
+    if need_cpus > len(cpus):
+        warnings.append(f"Its busy threads want {demand_cpus:.1f} CPUs but the suggestion has only {len(cpus)}.")
+    movers = [o for o in busy if o.cpus & cpus]
+    move_off = tuple(sorted({o.pid for o in movers}))
+    if move_off:
+        named = ", ".join(f"{o.pid} ({o.name}, {o.cpu_percent:.0f}%)" for o in sorted(movers, key=lambda o: o.pid))
+        warnings.append(
+            f"This only helps if {named} move{'s' if len(move_off) == 1 else ''} off CPUs {_fmt(cpus)} "
+            "(pin --isolate): narrowing a job's mask while other busy threads stayed on its cores made it slower "
+            "in the measured case (904 vs 1198 samples/s)."
+        )
+    cpu_nodes = topology.nodes_of(cpus)
+    return Suggestion(
+        cpus=cpus,
+        numa_node=cpu_nodes[0] if len(cpu_nodes) == 1 else None,
+        reasons=tuple(reasons),
+        warnings=tuple(dict.fromkeys(warnings)),
+        move_off=move_off,
+    )
+
+
+def _candidates(
+    units: Sequence[CpuSet],
+    share: int,
+    need_units: int,
+    need_cpus: int,
+    claimed: CpuSet,
+    hogs: Sequence[Occupant],
+) -> tuple[list[CpuSet], int, list[str]]:
+    """Which cores to choose among, and how many (rules 3 and 4): the share from cores
+    free of training processes and busy tenants; else all the free ones when they cover
+    the demand; else a window sized to the demand (fewest tenants to move), taken from
+    cores no training process holds when there are enough."""
+    unclaimed = [u for u in units if not u & claimed]
+    free = [u for u in unclaimed if not any(h.cpus & u for h in hogs)]
+    avoided = len(unclaimed) - len(free)
+    if len(free) >= share:
+        why = [f"It avoids {_n(avoided, 'core')} where other busy processes run."] if avoided else []
+        return free, share, why
+    if need_units and len(free) >= need_units:
+        why = [
+            f"Other busy processes leave {_n(len(free), 'core')} free, enough for its demand of {need_cpus} CPUs, "
+            "so the suggestion keeps to them."
+        ]
+        return free, len(free), why
+    size = min(share, need_units) if need_units else share
+    why = []
+    if size < share:
+        why.append(
+            f"Fewer than {size} cores are free of other busy processes, so the suggestion is sized to its demand "
+            f"({need_cpus} CPUs, {size} cores) to leave as few processes to move as possible."
+        )
+    return (unclaimed if len(unclaimed) >= size else list(units)), size, why
+
+
+def _held(occupant: Occupant) -> CpuSet:
+    """The CPUs a training process holds: its mask when pinned, and where its busy threads ran."""
+    return (occupant.pinned_cpus or EMPTY) | occupant.cpus
+
+
+def _best_window(
+    l3_of: dict[int, int],
+    candidates: Sequence[CpuSet],
+    size: int,
+    claimed: CpuSet,
+    busy: Sequence[Occupant],
+    current: CpuSet,
+    tiles: Sequence[CpuSet],
+    slot: CpuSet,
+) -> Sequence[CpuSet]:
+    """The run of ``size`` consecutive candidates (L3 order) that is best by rules 3, 5
+    and 6: fewest training-held cores, fewest busy processes to move and least of their
+    load, fewest L3 groups, most CPUs kept; then, so that suggestions for the ranks of a
+    domain keep tiling it, fewest of ``plan_machine``'s slices touched and most of this
+    rank's own slice; last, the lowest CPUs."""
+    best: tuple[tuple[float, ...], int] | None = None
+    for start in range(len(candidates) - size + 1):
+        window = candidates[start : start + size]
+        cpus = _union(window)
+        movers = [o for o in busy if o.cpus & cpus]
+        load = sum(o.cpu_percent * len(o.cpus & cpus) / len(o.cpus) for o in movers)
+        score = (
+            float(sum(1 for u in window if u & claimed)),
+            float(len(movers)),
+            round(load, 6),
+            float(_l3_span(l3_of, window)),
+            -float(len(cpus & current)),
+            float(sum(1 for tile in tiles if tile & cpus)),
+            -float(len(cpus & slot)),
+            float(min(cpus)),
+        )
+        if best is None or score < best[0]:
+            best = (score, start)
+    assert best is not None, "no window: size exceeds the candidates"
+    return candidates[best[1] : best[1] + size]
+
+
+# --------------------------------------------------------------------------------------
+# Wording
+
+
+def _n(count: int, word: str) -> str:
+    """``1 core``, ``2 cores``."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _fmt(cpus: Iterable[int]) -> str:
+    text = format_cpulist(cpus)
+    return text or "none"
+
+
+def _nodes_phrase(nodes: Sequence[int]) -> str:
+    if not nodes:
+        return "no NUMA node"
+    if len(nodes) == 1:
+        return f"NUMA node {nodes[0]}"
+    return f"NUMA nodes {', '.join(map(str, nodes))}"
+
+
+def _cache_phrase(topology: Topology, cpus: CpuSet) -> str:
+    groups = [g for g in topology.l3_groups if g.cpus & cpus]
+    if not groups:
+        return "no shared cache"
+    kind = f"L{groups[0].level}"
+    if _union(g.cpus for g in groups) == cpus:
+        return f"one {kind} group" if len(groups) == 1 else f"{len(groups)} {kind} groups"
+    return f"part of {len(groups)} {kind} group{'s' if len(groups) > 1 else ''}"
+
+
+__all__ = [
+    "MOVE_OFF_MIN_CPU_PERCENT",
+    "CoreUnits",
+    "Domain",
+    "MachinePlan",
+    "Occupant",
+    "RankPlan",
+    "Suggestion",
+    "allowed_pool",
+    "core_units",
+    "even_split",
+    "gpu_domain",
+    "gpu_indexes",
+    "plan_machine",
+    "suggest",
+]
