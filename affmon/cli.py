@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--gpu", type=_count(0, 1023), metavar="N", help="plan for GPU N (NVML/PCI order)")
     which.add_argument("--from-env", action="store_true", help="GPU from LOCAL_RANK and CUDA_VISIBLE_DEVICES")
     ex.add_argument("--ranks-per-gpu", type=_count(1, 64), default=1, metavar="N")
+    ex.add_argument("--root", metavar="DIR", help="plan against a recorded tree instead of this machine's /sys")
     ex.add_argument("--dry-run", action="store_true", help="print the mask and the command, run nothing")
     ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
 

@@ -227,12 +227,13 @@ def _gpu_from_env() -> tuple[str, int]:
     return entries[rank], rank
 
 
-def _bus_id_for(entry: str, topology: Topology) -> str:
-    """The PCI bus id of a GPU given as an NVML index or a UUID."""
+def _bus_id_for(entry: str, topology: Topology, use_nvml: bool) -> str:
+    """The PCI bus id of a GPU given as an NVML index or a UUID (NVML answers for the live
+    machine; without it, or for a recorded tree, NVIDIA GPUs count in PCI bus order)."""
     from affmon.nvml import NvmlGateway
 
     gateway = NvmlGateway(pcie_window_s=0.0)
-    if gateway.open():
+    if use_nvml and gateway.open():
         try:
             for device in gateway.devices():
                 named = entry == str(device.index) or bool(device.uuid and device.uuid.startswith(entry))
@@ -253,13 +254,13 @@ def cmd_exec(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise AffmonError("exec needs a command after --, e.g. affmon exec --gpu 0 -- python train.py")
-    topology = load_topology()
+    topology = load_topology(args.root)
     if args.from_env:
         entry, local_rank = _gpu_from_env()
         rank = local_rank % args.ranks_per_gpu
     else:
         entry, rank = str(args.gpu), 0
-    bus_id = _bus_id_for(entry, topology)
+    bus_id = _bus_id_for(entry, topology, use_nvml=args.root is None)
     plan = plan_machine(topology, args.ranks_per_gpu)
     mine = next((p for p in plan.plans if p.pci_bus_id == bus_id and p.rank == rank), None)
     if mine is None or not mine.cpus:

@@ -1,0 +1,219 @@
+"""`affmon plan`, `pin`, `undo` and `exec` as a user runs them: real processes, a journal in
+a temporary state directory, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from affmon.core.cpuset import parse_cpulist
+from tests.live import usable_cpus, workload
+
+HWLOC_XML = Path(__file__).parent / "fixtures" / "hwloc_xml"
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def affmon(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "affmon", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def masks(pid: int) -> dict[int, frozenset[int]]:
+    return {int(t): frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")}
+
+
+def test_plan_json_for_an_eight_gpu_two_socket_machine():
+    out = affmon("plan", "--hwloc-xml", str(HWLOC_XML / "mpibind-xml__g4dnmetal.xml"), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    plans = data["plans"]
+    assert len(plans) == 8
+    assert {p["numa_node"] for p in plans} == {0, 1}
+    seen: set[int] = set()
+    for p in plans:
+        cpus = parse_cpulist(p["cpus"])
+        assert len(cpus) == 12 and not cpus & seen  # 6 whole cores each, disjoint
+        seen |= cpus
+        assert p["launch"]["taskset"] == f"taskset -c {p['cpus']}"
+        assert p["launch"]["numactl"] == f"numactl --physcpubind={p['cpus']} --membind={p['numa_node']}"
+        assert p["reasons"]
+
+
+def test_plan_text_says_unknown_locality_not_node_0(tmp_path):
+    cpu = tmp_path / "sys/devices/system/cpu"
+    for n in range(4):
+        (cpu / f"cpu{n}").mkdir(parents=True)
+    (cpu / "online").write_text("0-3\n")
+    for node, cpus in ((0, "0-1"), (1, "2-3")):
+        d = tmp_path / f"sys/devices/system/node/node{node}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+    gpu = tmp_path / "sys/bus/pci/devices/0000:3b:00.0"
+    gpu.mkdir(parents=True)
+    for name, value in {"class": "0x030200", "vendor": "0x10de", "numa_node": "-1", "local_cpulist": "0-3"}.items():
+        (gpu / name).write_text(value + "\n")
+    out = affmon("plan", "--root", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "unknown" in out.stdout and "instead of guessing node 0" in out.stdout
+
+
+def test_pin_then_undo_restores_every_thread_exactly(state):
+    cpus = usable_cpus()
+    if len(cpus) < 2:
+        pytest.fail("needs two CPUs (CI has two)")
+    with workload("--sleepers", "3", "--sleeper-cpus", str(cpus[0])) as w:
+        before = masks(w["pid"])
+        out = affmon("pin", str(w["pid"]), "--cpus", str(cpus[1]), "--json")
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout)
+        assert result["ok"] and result["journal_id"]
+        assert {t["status"] for t in result["threads"]} == {"set"}
+        assert set(masks(w["pid"]).values()) == {frozenset({cpus[1]})}
+        assert (state / "affmon" / "journal.jsonl").exists()
+        out = affmon("undo", str(w["pid"]))
+        assert out.returncode == 0, out.stderr
+        assert masks(w["pid"]) == before
+
+
+def test_dry_run_changes_nothing(state):
+    with workload("--sleepers", "2") as w:
+        before = masks(w["pid"])
+        out = affmon("pin", str(w["pid"]), "--cpus", str(usable_cpus()[0]), "--dry-run")
+        assert out.returncode == 0, out.stderr
+        assert "would set" in out.stdout
+        assert masks(w["pid"]) == before
+    assert not (state / "affmon" / "journal.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("cpus", "message"),
+    [("abc", "is not a CPU list"), ("9999", "offline or do not exist"), ("", "is empty")],
+)
+def test_bad_cpu_lists_are_one_line_errors(state, cpus, message):
+    with workload("--sleepers", "1") as w:
+        before = masks(w["pid"])
+        out = affmon("pin", str(w["pid"]), "--cpus", cpus)
+        assert masks(w["pid"]) == before
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_pin_of_a_process_that_exited(state):
+    with workload("--sleepers", "1") as w:
+        pid = w["pid"]
+    out = affmon("pin", str(pid), "--cpus", "0")
+    assert out.returncode != 0 and "no such process" in out.stderr
+    assert len(out.stderr.splitlines()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a pin as another user")
+def test_another_users_process_without_cap_sys_nice(state):
+    home = Path(tempfile.mkdtemp(prefix="affmon-nobody-"))  # pytest's tmp_path is root's alone
+    home.chmod(0o777)
+    try:
+        run_pin_as_nobody(home)
+    finally:
+        shutil.rmtree(home)
+
+
+def run_pin_as_nobody(home: Path) -> None:
+    with workload("--sleepers", "1") as w:
+        before = masks(w["pid"])
+        code = "import sys; from affmon.cli import main; sys.exit(main(sys.argv[1:]))"
+        out = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                code,
+                "pin",
+                str(w["pid"]),
+                "--cpus",
+                str(usable_cpus()[0]),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "XDG_STATE_HOME": str(home / "state"), "HOME": str(home)},
+            cwd=Path(__file__).parent.parent,
+        )
+        assert masks(w["pid"]) == before
+    assert out.returncode == 1, out.stderr
+    assert "CAP_SYS_NICE" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def tiny_gpu_tree(root: Path, cpus: list[int]) -> None:
+    """A recorded tree of this machine's CPUs with one NVIDIA GPU local to the last CPU."""
+    online = ",".join(map(str, cpus))
+    cpu = root / "sys/devices/system/cpu"
+    for n in cpus:
+        (cpu / f"cpu{n}").mkdir(parents=True)
+    (cpu / "online").write_text(online + "\n")
+    for n in cpus:
+        d = root / f"sys/devices/system/node/node{n}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(f"{n}\n")
+    gpu = root / "sys/bus/pci/devices/0000:3b:00.0"
+    gpu.mkdir(parents=True)
+    values = {"class": "0x030200", "vendor": "0x10de", "numa_node": str(cpus[-1]), "local_cpulist": str(cpus[-1])}
+    for name, value in values.items():
+        (gpu / name).write_text(value + "\n")
+
+
+def test_exec_pins_itself_to_the_plan_then_runs_the_command(tmp_path):
+    cpus = usable_cpus()
+    tiny_gpu_tree(tmp_path, cpus)
+    probe = "import os; print(sorted(os.sched_getaffinity(0)))"
+    out = affmon("exec", "--root", str(tmp_path), "--gpu", "0", "--", sys.executable, "-c", probe)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str([cpus[-1]])  # the GPU's node, inherited across exec
+    env = {"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "0"}
+    out = affmon("exec", "--root", str(tmp_path), "--from-env", "--", sys.executable, "-c", probe, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str([cpus[-1]])
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--gpu", "5", "--", "true"], {}, "no GPU '5'"),
+        (["--from-env", "--", "true"], {"LOCAL_RANK": ""}, "needs LOCAL_RANK"),
+        (["--from-env", "--", "true"], {"LOCAL_RANK": "3", "CUDA_VISIBLE_DEVICES": "0"}, "lists 1 GPUs"),
+        (["--gpu", "0"], {}, "needs a command"),
+    ],
+)
+def test_exec_errors(tmp_path, args, env, message):
+    tiny_gpu_tree(tmp_path, usable_cpus())
+    out = affmon("exec", "--root", str(tmp_path), *args, env=env)
+    assert out.returncode == 2 and message in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def test_exec_of_a_missing_command(tmp_path):
+    tiny_gpu_tree(tmp_path, usable_cpus())
+    out = affmon("exec", "--root", str(tmp_path), "--gpu", "0", "--", "/nonexistent/cmd")
+    assert out.returncode == 127 and "cannot run /nonexistent/cmd" in out.stderr
+
+
+def test_undo_with_nothing_journaled(state):
+    out = affmon("undo", "--all")
+    assert out.returncode == 2 and "nothing to undo" in out.stderr
