@@ -3,7 +3,9 @@
 ResNet-18 on synthetic images, bf16 autocast, with DataLoader worker processes that do
 CPU-side augmentation (the part that starves when the CPU placement is wrong). Prints
 ``RESULT samples_per_s=...`` after ``--seconds`` of measured training (after warm-up),
-and ``READY pid=...`` once the workers are up, so a harness can attach to it.
+and ``READY pid=...`` once the workers are up, so a harness can attach to it; with
+``--report-every S``, a ``RATE t=... samples_per_s=...`` line every S seconds, so a
+harness can measure before and after it changes the job's placement.
 
 Needs torch and torchvision (a GPU machine); affmon itself never imports this.
 """
@@ -43,6 +45,7 @@ def main() -> None:
     ap.add_argument("--work", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=20, help="steps before measuring")
     ap.add_argument("--seconds", type=float, default=20.0, help="measured training time")
+    ap.add_argument("--report-every", type=float, default=0.0, help="also print RATE lines this often (s)")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     model = torchvision.models.resnet18(num_classes=1000).cuda().to(memory_format=torch.channels_last)
@@ -71,10 +74,19 @@ def main() -> None:
     for _ in range(a.warmup):
         step()
     torch.cuda.synchronize()
-    print(f"READY pid={os.getpid()}", flush=True)
+    print(f"READY pid={os.getpid()} torch_threads={torch.get_num_threads()}", flush=True)
     done, start = 0, time.perf_counter()
+    window_done, window_start = 0, start
     while time.perf_counter() - start < a.seconds:
-        done += step()
+        n = step()
+        done += n
+        window_done += n
+        now = time.perf_counter()
+        if a.report_every and now - window_start >= a.report_every:
+            torch.cuda.synchronize()
+            now = time.perf_counter()
+            print(f"RATE t={now - start:.1f} samples_per_s={window_done / (now - window_start):.1f}", flush=True)
+            window_done, window_start = 0, now
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
     print(

@@ -18,7 +18,15 @@ import pytest
 from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.collect.sysfs_topology import read_topology
 from affmon.core.cpuset import CpuSet, parse_cpulist
-from affmon.core.planner import MachinePlan, Occupant, RankPlan, Suggestion, plan_machine, suggest
+from affmon.core.planner import (
+    DEMAND_HEADROOM,
+    MachinePlan,
+    Occupant,
+    RankPlan,
+    Suggestion,
+    plan_machine,
+    suggest,
+)
 from affmon.core.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
 from tests.test_topology_sysfs import TREES, extract_tree
 
@@ -471,14 +479,16 @@ def test_a_hog_is_avoided_when_free_cores_suffice() -> None:
 
 
 def test_a_hog_is_in_move_off_when_it_cannot_be_avoided() -> None:
-    # Hogs on every core of node 0 except 4: the demand needs 6 CPUs (3 cores), free ones suffice...
+    # Hogs on every core of node 0 except 4: a demand of 6 CPUs (4 cores with the headroom)
+    # fits in the free ones...
     hogs = [hog(900 + c, str(c)) for c in range(4, 24)]
     s = suggest_g4(others=hogs, demand_cpus=6.0)
     assert s.cpus == cpus("0-3,48-51") and s.move_off == ()
-    # ...but a demand of 12 CPUs (6 cores) cannot fit in 4 free cores: the hogs on the rest must go.
+    # ...but a demand of 12 CPUs (6 cores, 8 with the headroom) cannot fit in 4 free cores:
+    # the hogs on the rest must go.
     s = suggest_g4(others=hogs, demand_cpus=12.0)
-    assert s.cpus == cpus("0-5,48-53")  # the window with the fewest hogs: 4 and 5
-    assert s.move_off == (904, 905)
+    assert s.cpus == cpus("0-7,48-55")  # the window with the fewest hogs: 4 to 7
+    assert s.move_off == (904, 905, 906, 907)
     assert s.move_off and any("pin --isolate" in w and str(s.move_off[0]) in w for w in s.warnings)
 
 
@@ -534,7 +544,7 @@ def test_notes_scenario_sixteen_hogs_on_a_sixteen_core_vm() -> None:
         demand_cpus=5.2,
         others=hogs,
     )
-    assert len(s.cpus) == math.ceil(5.2)  # sized to the demand: the fewest hogs to move
+    assert len(s.cpus) == math.ceil(5.2 * DEMAND_HEADROOM)  # sized to the demand: the fewest hogs to move
     assert s.move_off == tuple(2000 + c for c in sorted(s.cpus))
     assert any("pin --isolate" in w for w in s.warnings)
     # One NUMA node: the unknown locality is said as a reason, not raised as a warning.
