@@ -29,6 +29,7 @@ COMMANDS = {
     "pin": ("pinning", "cmd_pin"),
     "exec": ("pinning", "cmd_exec"),
     "undo": ("pinning", "cmd_undo"),
+    "tui": ("tui", "cmd_tui"),  # no subcommand: the monitor
 }
 
 
@@ -64,12 +65,31 @@ def _pid(text: str) -> int:
     return int(text)
 
 
+def _speed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.01 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be between 0.01 and 1000: {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="affmon",
-        description="Where GPU training processes' threads run, against NUMA nodes, caches and GPU locality.",
+        description="Where GPU training processes' threads run, against NUMA nodes, caches and GPU locality. "
+        "Without a command: the monitor (a terminal UI), live or replaying a recording.",
     )
     parser.add_argument("--version", action="version", version=f"affmon {__version__}")
+    # The monitor's options. Their dests differ from the subcommands' (which set their
+    # own defaults into the same namespace).
+    parser.add_argument(
+        "--pid", dest="tui_pid", type=_pid, action="append", default=[], help="watch PID and its descendants"
+    )
+    parser.add_argument("--interval", dest="tui_interval", type=_seconds, default=1.0, metavar="SECONDS")
+    parser.add_argument("--replay", metavar="FILE", help="replay a recording (affmon record; .gz too)")
+    parser.add_argument("--speed", type=_speed, default=1.0, metavar="X", help="replay at X times the recorded pace")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     topo = sub.add_parser("topology", help="the machine's CPUs, cores, caches, NUMA nodes and GPUs")
@@ -137,9 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["snapshot", *(argv if argv is not None else sys.argv[1:])])
-    module, function = COMMANDS[args.command]
+    module, function = COMMANDS[args.command or "tui"]
     try:
         command = getattr(importlib.import_module(f"affmon.commands.{module}"), function)
         status: int = command(args)

@@ -123,3 +123,61 @@ def test_hwloc_v1_xml_is_refused_in_one_line(tmp_path):
     out = affmon("topology", "--hwloc-xml", str(v1))
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1
     assert "hwloc XML v1" in out.stderr
+
+
+# -- the monitor (no subcommand) -------------------------------------------------------
+
+HOGS = Path(__file__).parent / "fixtures" / "recordings" / "hogs.jsonl.gz"
+
+
+def corrupt_recordings(tmp_path: Path) -> dict[str, Path]:
+    import gzip
+
+    plain = gzip.decompress(HOGS.read_bytes()).decode()
+    files = {
+        "empty": tmp_path / "empty.jsonl",
+        "text": tmp_path / "notes.txt",
+        "badgz": tmp_path / "broken.jsonl.gz",
+        "badline": tmp_path / "badline.jsonl",
+    }
+    files["empty"].write_text("")
+    files["text"].write_text("hello\n")
+    files["badgz"].write_bytes(b"\x1f\x8b" + b"not gzip at all")
+    header, first, *_ = plain.splitlines()
+    files["badline"].write_text(f"{header}\n{{broken\n{first}\n")
+    return files
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--replay", "/nonexistent/run.jsonl"], "no such file"),
+        (["--replay", "/etc"], "is a directory"),
+        (["--replay", "{empty}"], "empty file"),
+        (["--replay", "{text}"], "bad header line"),
+        (["--replay", "{badgz}"], "cannot read it"),
+        (["--replay", "{badline}"], "line 2: bad sample"),
+        (["--replay", str(HOGS), "--speed", "0"], "--speed"),
+        (["--replay", str(HOGS), "--pid", "1"], "do not go together"),
+        (["--pid", "999999999"], "no such process: 999999999"),
+        (["--interval", "-1"], "--interval"),
+        ([], "needs a terminal"),
+        (["--replay", str(HOGS)], "needs a terminal"),
+    ],
+)
+def test_monitor_errors_are_one_line_and_exit_2(tmp_path, args, message):
+    files = corrupt_recordings(tmp_path)
+    out = affmon(*[a.format(**files) for a in args])
+    assert out.returncode == 2, out.stderr
+    assert out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("affmon: ") and message in lines[0], out.stderr
+
+
+def test_every_subcommand_still_parses_as_before():
+    from affmon.cli import build_parser
+
+    args = build_parser().parse_args(["snapshot", "--pid", "5", "--interval", "2"])
+    assert (args.command, args.pid, args.interval, args.tui_pid) == ("snapshot", [5], 2.0, [])
+    args = build_parser().parse_args(["--pid", "7", "--pid", "8", "--interval", "0.5"])
+    assert (args.command, args.tui_pid, args.tui_interval, args.replay) == (None, [7, 8], 0.5, None)

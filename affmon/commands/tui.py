@@ -1,0 +1,49 @@
+"""``affmon`` with no subcommand: the TUI, live or replaying a recording.
+
+Everything that can fail before drawing (a PID that does not exist, a replay file that
+is missing or not a recording, no terminal) fails here as one line and exit status 2,
+the arguments checked first so a mistake is named even when the output is piped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from affmon.core.errors import AffmonError
+
+EXIT_USAGE = 2
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    from affmon.tui.pinner import Pinner, ReplayPinner, SystemPinner
+    from affmon.tui.sources import LiveSource, ReplaySource, Source
+
+    source: Source
+    pinner: Pinner
+    if args.replay is not None:
+        if args.tui_pid:
+            raise AffmonError("--pid and --replay do not go together: a recording has its own processes")
+        source = ReplaySource(args.replay, args.speed)
+        pinner = ReplayPinner()
+        interval = None
+    else:
+        source = LiveSource(tuple(args.tui_pid), args.tui_interval)
+        pinner = SystemPinner()
+        interval = args.tui_interval
+
+    if not (sys.stdout.isatty() and sys.stdin.isatty()):
+        source.close()
+        sys.stderr.write(
+            "affmon: the monitor needs a terminal (standard input and output are not both one); "
+            "for text use `affmon snapshot` or `affmon diagnose`\n"
+        )
+        return EXIT_USAGE
+    from affmon.tui.app import AffmonApp
+
+    focus = args.tui_pid[0] if args.tui_pid else None
+    try:
+        AffmonApp(source, pinner, interval, focus_pid=focus).run()
+    finally:
+        source.close()
+    return 0

@@ -1,0 +1,157 @@
+"""The TUI's model: consecutive samples in, one immutable ``View`` per tick out.
+
+A ``Monitor`` keeps what a single snapshot cannot give: the previous sample (rates need
+two), the ``FindingTracker`` (a finding must hold for two intervals), and bounded
+history (fixed-length deques: per GPU utilisation and PCIe RX/TX, per watched process
+wait ratio and CPU use, the last ``history_len`` ticks). It is owned by one thread, the
+sampler worker; what it hands out is frozen, so the UI thread shares nothing mutable.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from affmon.core.cpuset import CpuSet
+from affmon.core.findings import DEFAULT_THRESHOLDS, Context, FindingTracker, Thresholds, evaluate, find_jobs
+from affmon.core.rates import make_snapshot
+from affmon.core.samples import Sample
+from affmon.core.topology import Topology
+from affmon.core.views import (
+    GpuHistory,
+    HeaderView,
+    ProcessHistory,
+    Series,
+    View,
+    core_groups,
+    gpu_row,
+    process_rows,
+)
+
+HISTORY_LEN = 300  # ticks: five minutes at the default 1 s interval
+
+
+class _Ring:
+    """Times and values of one series, oldest dropped first."""
+
+    def __init__(self, length: int) -> None:
+        self.t: deque[float] = deque(maxlen=length)
+        self.v: deque[float | None] = deque(maxlen=length)
+
+    def add(self, t: float, value: float | None) -> None:
+        self.t.append(t)
+        self.v.append(value)
+
+    def series(self, now: float) -> Series:
+        return Series(tuple(round(t - now, 3) for t in self.t), tuple(self.v))
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What the header says about where the samples come from."""
+
+    host: str
+    nvml_status: str | None
+    interval_s: float
+    source: str = "live"
+    total_samples: int | None = None  # a replay's length
+
+
+class Monitor:
+    def __init__(
+        self,
+        topology: Topology,
+        info: SourceInfo,
+        *,
+        history_len: int = HISTORY_LEN,
+        thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    ) -> None:
+        self.topology = topology
+        self.info = info
+        self.history_len = history_len
+        self.thresholds = thresholds
+        self.tracker = FindingTracker(thresholds)
+        self.previous: Sample | None = None
+        self.samples_seen = 0
+        self.ticks = 0
+        self._gpu: dict[int, tuple[_Ring, _Ring, _Ring]] = {}
+        self._proc: dict[tuple[int, int], tuple[_Ring, _Ring]] = {}
+
+    def feed(
+        self, sample: Sample, expected_masks: Mapping[int, CpuSet] | None = None, *, finished: bool = False
+    ) -> View | None:
+        """Take the next sample; the view of the interval it closes (None for the first
+        sample, or one that is not newer than the last: rates need time between two)."""
+        self.samples_seen += 1
+        previous, self.previous = self.previous, sample
+        if previous is None or sample.monotonic_s <= previous.monotonic_s:
+            return None
+        snapshot = make_snapshot(previous, sample, self.topology)
+        context = Context(self.topology, self.thresholds, expected_masks or {})
+        self.tracker = self.tracker.update(evaluate(snapshot, context))
+        findings = tuple(self.tracker.active)
+        jobs = find_jobs(snapshot)
+        self.ticks += 1
+        now = sample.monotonic_s
+        gpus = tuple(gpu_row(g) for g in snapshot.gpus)
+        for g in gpus:
+            rings = self._gpu.setdefault(g.index, (self._ring(), self._ring(), self._ring()))
+            util = None if g.lost or g.util_percent is None else float(g.util_percent)
+            rings[0].add(now, util)
+            rings[1].add(now, g.pcie_rx_bytes_per_s)
+            rings[2].add(now, g.pcie_tx_bytes_per_s)
+        alive = set()
+        for p in snapshot.processes:
+            if not p.sample.watched or p.sample.kernel:
+                continue
+            alive.add(p.sample.key)
+            rings2 = self._proc.setdefault(p.sample.key, (self._ring(), self._ring()))
+            rings2[0].add(now, p.wait_ratio)
+            rings2[1].add(now, p.cpu_percent)
+        self._proc = {k: v for k, v in self._proc.items() if k in alive}  # exited processes go
+        gpu_history = {i: GpuHistory(*(r.series(now) for r in rings)) for i, rings in self._gpu.items()}
+        process_history = {
+            pid: ProcessHistory(rings[0].series(now), rings[1].series(now)) for (pid, _), rings in self._proc.items()
+        }
+        processes = process_rows(snapshot, jobs, findings)
+        return View(
+            tick=self.ticks,
+            header=self._header(sample, sum(1 for p in processes if p.watched), finished),
+            gpus=gpus,
+            processes=processes,
+            findings=findings,
+            jobs=tuple(j.pid for j in jobs),
+            cores=core_groups(snapshot, jobs),
+            gpu_history=MappingProxyType(gpu_history),
+            process_history=MappingProxyType(process_history),
+            snapshot=snapshot,
+        )
+
+    def _ring(self) -> _Ring:
+        return _Ring(self.history_len)
+
+    def _header(self, sample: Sample, watched: int, finished: bool) -> HeaderView:
+        topo = self.topology
+        info = self.info
+        position = None
+        if info.total_samples is not None:
+            position = f"sample {self.samples_seen}/{info.total_samples}"
+        return HeaderView(
+            host=info.host,
+            cpus=len(topo.online_cpus),
+            cores=len(topo.cores),
+            numa_nodes=len(topo.cpu_numa_nodes),
+            gpus=len(sample.gpus) or len(topo.gpus),
+            interval_s=info.interval_s,
+            nvml_status=info.nvml_status,
+            source=info.source,
+            position=position,
+            finished=finished,
+            wall_time_s=sample.wall_time_s,
+            threads=sample.thread_count,
+            processes=len(sample.processes),
+            watched=watched,
+            sample_cost_s=sample.duration_s,
+        )

@@ -1,0 +1,160 @@
+"""The process table's rows: which processes, in which order, as a tree. Pure.
+
+Processes are shown as a tree (launcher -> ranks -> DataLoader workers, or any parent
+and child that are both shown); siblings are ordered by the sort key, so a sort never
+tears a worker away from its rank. A filter keeps the rows that match and their
+ancestors (the tree stays readable). Thread rows, when on, follow their process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from affmon.core.fmt import short_code
+from affmon.core.views import ProcessRow, ThreadRow, View, thread_rows
+
+# Sort keys in the order `s` cycles through them, with what the status line says.
+SORTS = {
+    "findings": "findings, then CPU",
+    "cpu": "CPU %",
+    "wait": "wait %",
+    "pid": "PID",
+}
+
+
+def next_sort(current: str) -> str:
+    keys = list(SORTS)
+    return keys[(keys.index(current) + 1) % len(keys)] if current in SORTS else keys[0]
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    sort: str = "findings"
+    training_only: bool = True  # only watched processes (training ones, or --pid's tree)
+    show_threads: bool = False
+    filter_text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TableRow:
+    key: str  # "p:PID" or "t:PID:TID": stable across ticks, the DataTable row key
+    depth: int
+    prefix: str  # tree drawing before the name ("├─ ", "│  └─ ")
+    process: ProcessRow | None = None
+    thread: ThreadRow | None = None
+
+    @property
+    def pid(self) -> int:
+        if self.process is not None:
+            return self.process.pid
+        assert self.thread is not None
+        return self.thread.pid
+
+
+def process_key(pid: int) -> str:
+    return f"p:{pid}"
+
+
+def _num(value: float | None) -> float:
+    return -1.0 if value is None else value
+
+
+def sort_key(sort: str, row: ProcessRow) -> tuple[float, ...]:
+    """Ascending order puts the row to show first first."""
+    if sort == "pid":
+        return (row.pid,)
+    if sort == "wait":
+        return (-_num(row.wait_ratio), -_num(row.cpu_percent), row.pid)
+    if sort == "cpu":
+        return (-_num(row.cpu_percent), row.pid)
+    worst = row.worst
+    return (-(worst + 1 if worst is not None else 0), -len(row.findings), -_num(row.cpu_percent), row.pid)
+
+
+def matches(row: ProcessRow, text: str) -> bool:
+    """Case-insensitive: PID, name, command line, user, finding codes (long or short)."""
+    needle = text.strip().lower()
+    if not needle:
+        return True
+    hay = [str(row.pid), row.name, row.cmdline or "", row.user or "", row.role]
+    hay += [m.code for m in row.findings] + [short_code(m.code) for m in row.findings]
+    return any(needle in h.lower() for h in hay)
+
+
+def visible_processes(view: View, options: TableOptions) -> list[ProcessRow]:
+    rows = [p for p in view.processes if p.watched or not options.training_only]
+    if not options.filter_text.strip():
+        return rows
+    by_pid = {p.pid: p for p in rows}
+    keep: set[int] = set()
+    for p in rows:
+        if matches(p, options.filter_text):
+            seen: set[int] = set()
+            cur: ProcessRow | None = p
+            while cur is not None and cur.pid not in seen:
+                seen.add(cur.pid)
+                keep.add(cur.pid)
+                cur = by_pid.get(cur.ppid) if cur.ppid is not None else None
+    return [p for p in rows if p.pid in keep]
+
+
+def table_rows(view: View, options: TableOptions) -> tuple[TableRow, ...]:
+    """The rows of the process table, top to bottom."""
+    shown = visible_processes(view, options)
+    by_pid = {p.pid: p for p in shown}
+    every = {p.pid: p for p in view.processes}
+    children: dict[int | None, list[ProcessRow]] = {}
+    for p in shown:
+        parent = _shown_ancestor(p, by_pid, every)
+        children.setdefault(parent, []).append(p)
+    for siblings in children.values():
+        siblings.sort(key=lambda r: sort_key(options.sort, r))
+    out: list[TableRow] = []
+    visited: set[int] = set()
+
+    def walk(rows: Iterable[ProcessRow], depth: int, lead: str, is_child: bool) -> None:
+        items = list(rows)
+        for i, p in enumerate(items):
+            if p.pid in visited:
+                continue
+            visited.add(p.pid)
+            last = i == len(items) - 1
+            branch = ("└─ " if last else "├─ ") if is_child else ""
+            out.append(TableRow(process_key(p.pid), depth, lead + branch, process=p))
+            below = lead + (("   " if last else "│  ") if is_child else "")
+            kids = children.get(p.pid, [])
+            if options.show_threads:
+                threads = _threads(view, p.pid, options.sort)
+                for j, t in enumerate(threads):
+                    t_last = j == len(threads) - 1 and not kids
+                    out.append(
+                        TableRow(f"t:{p.pid}:{t.tid}", depth + 1, below + ("╰╴ " if t_last else "┊  "), thread=t)
+                    )
+            walk(kids, depth + 1, below, True)
+
+    walk(children.get(None, []), 0, "", False)
+    return tuple(out)
+
+
+def _shown_ancestor(p: ProcessRow, shown: dict[int, ProcessRow], every: dict[int, ProcessRow]) -> int | None:
+    """The nearest ancestor that is shown, walking through hidden ones (a shell between
+    a launcher and its ranks); None makes the row a root."""
+    seen = {p.pid}
+    ppid = p.ppid
+    while ppid is not None and ppid not in seen:
+        if ppid in shown:
+            return ppid
+        seen.add(ppid)
+        parent = every.get(ppid)
+        ppid = parent.ppid if parent is not None else None
+    return None
+
+
+def _threads(view: View, pid: int, sort: str) -> tuple[ThreadRow, ...]:
+    rows = thread_rows(view.snapshot, pid)
+    if sort == "pid":
+        return tuple(sorted(rows, key=lambda r: r.tid))
+    if sort == "wait":
+        return tuple(sorted(rows, key=lambda r: (-_num(r.wait_ratio), r.tid)))
+    return rows

@@ -1,0 +1,137 @@
+"""``ExportState`` -> metric families: names, types, label values and numbers, as plain
+frozen values. What prometheus-client then formats (``collector.py``) is exactly this.
+
+A value that is unknown (``None``: no schedstat, NVML said NotSupported, a GPU lost)
+gives no series rather than a made-up zero. Per-thread families only with
+``threads=True``: they multiply the series by the thread count (docs/export.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from affmon.core.findings import Finding
+from affmon.core.rates import ProcessRates, Snapshot
+from affmon.export import catalogue as m
+from affmon.export.catalogue import CATALOGUE, MetricSpec
+from affmon.export.state import ExportState, ProcessTotals, gpu_key
+
+Series = tuple[tuple[str, ...], float]  # label values in the spec's label order, value
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    spec: MetricSpec
+    series: tuple[Series, ...]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+class _Builder:
+    def __init__(self, threads: bool) -> None:
+        self.series: dict[MetricSpec, list[Series]] = {s: [] for s in CATALOGUE if threads or not s.per_thread}
+
+    def add(self, spec: MetricSpec, labels: Iterable[object], value: float | None) -> None:
+        if value is None or spec not in self.series:
+            return
+        values = tuple("" if v is None else str(v) for v in labels)
+        assert len(values) == len(spec.labels), spec.name
+        self.series[spec].append((values, float(value)))
+
+    def families(self) -> tuple[Family, ...]:
+        return tuple(Family(spec, tuple(series)) for spec, series in self.series.items())
+
+
+def _seconds(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1e9
+
+
+def _joined(values: Iterable[int]) -> str:
+    return ",".join(str(v) for v in sorted(set(values)))
+
+
+def _process(out: _Builder, p: ProcessRates, totals: ProcessTotals | None, state: ExportState, snap: Snapshot) -> None:
+    s = p.sample
+    labels = (s.pid, s.name)
+    if totals is not None:
+        out.add(m.PROCESS_CPU, labels, _seconds(totals.cpu_ns))
+        out.add(m.PROCESS_WAIT, labels, _seconds(totals.wait_ns))
+        out.add(m.PROCESS_VOLUNTARY, labels, totals.voluntary_switches)
+        out.add(m.PROCESS_INVOLUNTARY, labels, totals.involuntary_switches)
+        out.add(m.PROCESS_MIGRATIONS, labels, totals.migrations)
+    out.add(m.PROCESS_WAIT_RATIO, labels, p.wait_ratio)
+    out.add(m.PROCESS_THREADS, labels, len(s.threads))
+    main = s.main_thread
+    out.add(m.PROCESS_MASK_CPUS, labels, None if main is None or main.allowed_cpus is None else len(main.allowed_cpus))
+    out.add(m.PROCESS_NODES_RUN_ON, labels, len(p.ran_on_numa_nodes))
+    gpu_nodes = {g.sample.index: g.numa_node for g in snap.gpus}
+    nodes = [n for n in (gpu_nodes.get(i) for i in s.gpu_indices) if n is not None]
+    job = state.job_of.get(s.pid)
+    out.add(m.PROCESS_INFO, (*labels, s.user, job, _joined(s.gpu_indices), _joined(nodes)), 1)
+
+
+def _threads(out: _Builder, p: ProcessRates, snap: Snapshot) -> None:
+    for th in p.threads:
+        t = th.sample
+        labels = (p.sample.pid, p.sample.name, t.tid, t.name)
+        out.add(m.THREAD_CPU, labels, _seconds(t.cpu_ns))
+        out.add(m.THREAD_WAIT, labels, _seconds(t.wait_ns))
+        out.add(m.THREAD_VOLUNTARY, labels, t.voluntary_switches)
+        out.add(m.THREAD_INVOLUNTARY, labels, t.involuntary_switches)
+        out.add(m.THREAD_MIGRATIONS, labels, t.migrations)
+        out.add(m.THREAD_WAIT_RATIO, labels, th.wait_ratio)
+        out.add(m.THREAD_LAST_CPU, labels, t.psr)
+        out.add(m.THREAD_NUMA_NODE, labels, None if t.psr is None else snap.topology.node_of_cpu(t.psr))
+        out.add(m.THREAD_MASK_CPUS, labels, None if t.allowed_cpus is None else len(t.allowed_cpus))
+
+
+def _finding(out: _Builder, f: Finding, snap: Snapshot) -> None:
+    process = snap.process(f.pid) if f.pid is not None else None
+    gpu = f.evidence.get("gpu")
+    labels = (f.code, str(f.severity), f.pid, process.sample.name if process else "", gpu if isinstance(gpu, int) else "")
+    out.add(m.FINDING, labels, 1)
+
+
+def _gpus(out: _Builder, state: ExportState, snap: Snapshot) -> None:
+    for g in snap.gpus:
+        s, link = g.sample, g.link
+        labels = (s.index, g.numa_node)
+        out.add(m.GPU_INFO, (*labels, s.name, s.uuid, s.pci_bus_id), 1)
+        out.add(m.GPU_UTILIZATION, labels, None if s.util_percent is None else s.util_percent / 100)
+        out.add(m.GPU_MEMORY_USED, labels, s.mem_used_bytes)
+        out.add(m.GPU_MEMORY_TOTAL, labels, s.mem_total_bytes)
+        totals = state.totals.gpus.get(gpu_key(s))
+        if totals is not None:
+            out.add(m.GPU_PCIE_RX, labels, totals.pcie_rx_bytes)
+            out.add(m.GPU_PCIE_TX, labels, totals.pcie_tx_bytes)
+        out.add(m.GPU_LINK_GEN, labels, link.gen)
+        out.add(m.GPU_LINK_MAX_GEN, labels, link.max_gen)
+        out.add(m.GPU_LINK_WIDTH, labels, link.width)
+        out.add(m.GPU_LINK_MAX_WIDTH, labels, link.max_width)
+
+
+def families(state: ExportState, *, threads: bool = False) -> tuple[Family, ...]:
+    """Every family of the catalogue (per-thread ones only with ``threads``), in its order;
+    a family with no series still says what it would hold."""
+    out = _Builder(threads)
+    snap = state.snapshot
+    if snap is not None:
+        for p in snap.processes:
+            if not p.sample.watched or p.sample.kernel:
+                continue  # sampled only as "what else runs there"
+            _process(out, p, state.totals.processes.get(p.sample.key), state, snap)
+            if threads:
+                _threads(out, p, snap)
+        for f in state.findings:
+            _finding(out, f, snap)
+        _gpus(out, state, snap)
+    out.add(m.EXPORT_SAMPLES, (), state.samples_total)
+    out.add(m.EXPORT_ERRORS, (), state.errors_total)
+    out.add(m.EXPORT_LAST, (), None if state.last_sample is None else state.last_sample.wall_time_s)
+    out.add(m.EXPORT_DURATION, (), state.sample_duration_s)
+    out.add(m.EXPORT_CPU, (), state.exporter_cpu_s)
+    out.add(m.EXPORT_NVML, (), 1 if state.nvml_available else 0)
+    return out.families()

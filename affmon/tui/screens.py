@@ -1,0 +1,273 @@
+"""Modal screens: the re-pin confirmation (then its result), the undo confirmation
+(then its result), and help. Nothing reaches the system before Enter on one of them."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from affmon.actions.pin import PinResult, UndoResult
+from affmon.commands.pinning import result_text, undo_text
+from affmon.core import fmt
+from affmon.core.advice import PinProposal
+from affmon.tui.palette import Palette
+from affmon.tui.pinner import Pinner
+
+
+def proposal_text(pr: PinProposal, *, isolate: bool, with_children: bool, p: Palette) -> Text:
+    s = pr.suggestion
+    out = Text()
+    out.append(f"Re-pin {pr.pid} {pr.name}", style="bold")
+    if pr.children:
+        out.append(f" (a training rank with {len(pr.children)} workers)", style=p.muted)
+    out.append("\n\n")
+    out.append("current mask   ", style=p.muted)
+    out.append(fmt.cpus(pr.current_mask) + "\n")
+    out.append("suggested CPUs ", style=p.muted)
+    out.append(f"{fmt.cpus(s.cpus)}", style=f"bold {p.success}")
+    out.append(f"  ({len(s.cpus)} CPUs" + (f", NUMA node {s.numa_node})" if s.numa_node is not None else ")") + "\n")
+    out.append("\n")
+    box = "[x]" if with_children else "[ ]"
+    out.append(f"{box} c  with children", style="bold" if with_children else "")
+    kids = " ".join(map(str, pr.children[:8])) + (" …" if len(pr.children) > 8 else "")
+    out.append(f"   also pin its workers: {kids or 'none'}\n", style=p.muted)
+    box = "[x]" if isolate else "[ ]"
+    out.append(f"{box} i  isolate", style="bold" if isolate else "")
+    if pr.move_off:
+        out.append("       move these off those CPUs:\n", style=p.muted)
+        for o in pr.move_off[:8]:
+            kind = "training" if o.training else "other"
+            out.append(
+                f"        {o.pid:>7} {o.name[:16]:<16} {o.cpu_percent:5.0f}% CPU on {fmt.cpus(o.cpus)} ({kind})\n"
+            )
+        if len(pr.move_off) > 8:
+            out.append(f"        and {len(pr.move_off) - 8} more\n", style=p.muted)
+    else:
+        out.append("       nothing else busy runs on those CPUs\n", style=p.muted)
+    out.append("\nwhy these CPUs\n", style="bold")
+    for warning in s.warnings:
+        out.append(f"  ! {warning}\n", style=p.warning)
+    for reason in s.reasons:
+        out.append(f"  - {reason}\n", style=p.muted)
+    return out
+
+
+def pin_result_text(result: PinResult, p: Palette) -> Text:
+    out = Text()
+    if result.ok:
+        out.append(f"pinned to CPUs {fmt.cpus(result.cpus)}\n", style=f"bold {p.success}")
+    else:
+        out.append("not pinned: ", style=f"bold {p.error}")
+        out.append(f"{result.error}\n")
+    lines = result_text(result) if result.threads else []
+    out.append("\n".join(lines) + ("\n" if lines else ""), style="")
+    return out
+
+
+def undo_result_text(result: UndoResult, p: Palette) -> Text:
+    out = Text()
+    if result.ok:
+        out.append("undone: every journaled mask is back\n", style=f"bold {p.success}")
+    else:
+        out.append("undo failed: ", style=f"bold {p.error}")
+        out.append(f"{result.error}\n")
+    out.append("\n".join(undo_text(result)))
+    return out
+
+
+class _ActionScreen(ModalScreen[str | None]):
+    """Ask, then (Enter) run ``_run`` in a worker thread and show its result."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "confirm", "Apply", priority=True),
+        Binding("escape", "close", "Cancel", priority=True),
+    ]
+
+    def __init__(self, palette: Palette) -> None:
+        super().__init__()
+        self.palette = palette
+        self.state = "asking"  # asking -> running -> done
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            with VerticalScroll(id="dialog-body"):
+                yield Static(self.body(), id="dialog-text")
+            yield Static(self.keys(), id="dialog-keys")
+
+    def body(self) -> Text:
+        raise NotImplementedError
+
+    def keys(self) -> Text:
+        if self.state == "asking":
+            return Text.assemble(("Enter", "bold"), " apply   ", ("Esc", "bold"), " cancel")
+        if self.state == "running":
+            return Text("working…")
+        return Text.assemble(("Enter", "bold"), "/", ("Esc", "bold"), " close")
+
+    def _refresh(self) -> None:
+        self.query_one("#dialog-text", Static).update(self.body())
+        self.query_one("#dialog-keys", Static).update(self.keys())
+
+    def action_confirm(self) -> None:
+        if self.state == "asking":
+            self.state = "running"
+            self._refresh()
+            self._start()
+        elif self.state == "done":
+            self.dismiss(self.summary())
+
+    def action_close(self) -> None:
+        if self.state != "running":
+            self.dismiss(self.summary() if self.state == "done" else None)
+
+    def summary(self) -> str | None:
+        """One line for the status bar once done."""
+        return None
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        self.state = "done"
+        self._refresh()
+
+
+class PinScreen(_ActionScreen):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *_ActionScreen.BINDINGS,
+        Binding("i", "toggle_isolate", "Isolate"),
+        Binding("c", "toggle_children", "With children"),
+    ]
+
+    def __init__(self, proposal: PinProposal, pinner: Pinner, palette: Palette) -> None:
+        super().__init__(palette)
+        self.proposal = proposal
+        self.pinner = pinner
+        self.isolate = False
+        self.with_children = True
+        self.result: PinResult | None = None
+
+    def body(self) -> Text:
+        if self.result is not None:
+            return pin_result_text(self.result, self.palette)
+        return proposal_text(self.proposal, isolate=self.isolate, with_children=self.with_children, p=self.palette)
+
+    def action_toggle_isolate(self) -> None:
+        if self.state == "asking":
+            self.isolate = not self.isolate
+            self._refresh()
+
+    def action_toggle_children(self) -> None:
+        if self.state == "asking":
+            self.with_children = not self.with_children
+            self._refresh()
+
+    def _start(self) -> None:
+        self._apply(self.isolate, self.with_children)
+
+    @work(thread=True, exclusive=True, group="pin", exit_on_error=False)
+    def _apply(self, isolate: bool, with_children: bool) -> None:
+        try:
+            result = self.pinner.apply(self.proposal, isolate=isolate, with_children=with_children)
+        except Exception as exc:  # a fault must reach the person as a result, never a crash
+            result = PinResult(False, self.proposal.suggestion.cpus, (), f"internal error: {exc}", False, None)
+        self.app.call_from_thread(self._done, result)
+
+    def _done(self, result: PinResult) -> None:
+        self.result = result
+        self.finish()
+
+    def summary(self) -> str | None:
+        r = self.result
+        if r is None:
+            return None
+        if r.ok:
+            return f"pinned {self.proposal.pid} to CPUs {fmt.cpus(r.cpus)} (u undoes it)"
+        return f"pin of {self.proposal.pid} failed: {r.error}"
+
+
+class UndoScreen(_ActionScreen):
+    def __init__(self, description: str, pinner: Pinner, palette: Palette) -> None:
+        super().__init__(palette)
+        self.description = description
+        self.pinner = pinner
+        self.result: UndoResult | None = None
+
+    def body(self) -> Text:
+        if self.result is not None:
+            return undo_result_text(self.result, self.palette)
+        return Text.assemble(
+            ("Undo the last pin\n\n", "bold"), self.description, "\n\nEvery journaled mask is put back."
+        )
+
+    def _start(self) -> None:
+        self._undo()
+
+    @work(thread=True, exclusive=True, group="pin", exit_on_error=False)
+    def _undo(self) -> None:
+        try:
+            result = self.pinner.undo_last()
+        except Exception as exc:
+            result = UndoResult(False, (), (), f"internal error: {exc}")
+        self.app.call_from_thread(self._done, result)
+
+    def _done(self, result: UndoResult) -> None:
+        self.result = result
+        self.finish()
+
+    def summary(self) -> str | None:
+        r = self.result
+        if r is None:
+            return None
+        return "undone: masks restored" if r.ok else f"undo failed: {r.error}"
+
+
+HELP = """\
+[b]Keys[/b]
+  ↑ ↓ PgUp PgDn, mouse   select a process
+  r   re-pin the selected process's job (shows the plan; Enter applies, Esc cancels)
+  u   undo the last pin affmon made (asks first)
+  /   filter by PID, name, command, user or finding code (Enter keeps, Esc clears)
+  s   sort: findings → CPU % → wait % → PID
+  a   all processes ↔ training processes only
+  t   show or hide thread rows
+  p   pause or resume sampling
+  ?   this help       q   quit       ctrl+p   command palette
+
+[b]Columns[/b]
+  CPU%     CPU time over the interval, 100 = one CPU busy
+  WAIT     run-queue wait / (run + wait), from schedstat: 0% healthy, ≥10% warn, ≥25% bad
+  RAN ON   the CPUs its threads last ran on in the interval (a lower bound)
+  MASK     the main thread's affinity (* when some threads differ)
+  SW/s     voluntary + involuntary context switches per second
+  MIG/s    migrations between CPUs per second
+  FINDINGS STARV starved · NARROW mask too narrow · CONTEND contended · XNUMA cross-NUMA
+           GPUSTV GPU starved · PCIE link degraded · DRIFT pin lost (bold: raised on it;
+           plain: its job's, naming its threads)
+
+[b]Core map[/b]  bar = how busy; colour = job that ran there; red = shared
+  (two jobs, or a job and another busy process); reversed = the selected process ran
+  there; dim = outside its mask; underlined = local to its GPU.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Close"),
+        Binding("question_mark", "close", "Close"),
+        Binding("q", "close", "Close"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"), VerticalScroll(id="dialog-body"):
+            yield Static(HELP, id="dialog-text")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

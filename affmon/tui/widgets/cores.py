@@ -1,0 +1,127 @@
+"""The core map: every CPU as a cell, grouped by NUMA node and shared cache, showing
+which training job ran there in the last interval and how busy it was.
+
+A cell is the CPU id and a bar (▁ to █, how busy; · idle) coloured by who ran there: a
+job's colour, red where two jobs or a job and another busy process shared the CPU
+(contention), plain for other processes. The CPU id is reversed where the selected
+process ran, dimmed outside its mask (or the machine's allowed set), and underlined
+where it is local to the selected process's GPU (every GPU's when none is selected)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.widgets import Static
+
+from affmon.core import fmt
+from affmon.core.cpuset import CpuSet
+from affmon.core.views import CoreCell, CoreGroup, ProcessRow
+from affmon.tui.palette import Palette
+
+LEVELS = "▁▂▃▄▅▆▇█"
+CELL_WIDTH = 6  # "  12▇ "
+
+
+def level(busy_percent: float) -> str:
+    if busy_percent < 1.0:
+        return "·"
+    return LEVELS[min(len(LEVELS) - 1, int(busy_percent / 100 * len(LEVELS)))]
+
+
+def cell_text(
+    c: CoreCell,
+    p: Palette,
+    job_colors: dict[int, str],
+    selected: ProcessRow | None,
+    selected_cpus: CpuSet,
+    local_gpus: set[int] | None,
+) -> Text:
+    mask = selected.mask if selected is not None and selected.mask is not None else None
+    allowed = c.allowed and (mask is None or c.cpu in mask)
+    style = p.foreground if allowed else p.disabled
+    if local_gpus is None or set(c.gpu_local) & local_gpus:
+        style += " underline" if c.gpu_local else ""
+    if c.cpu in selected_cpus:
+        style += " reverse bold"
+    text = Text(no_wrap=True)
+    text.append(f"{c.cpu:>4}", style=style)
+    glyph = level(c.busy_percent)
+    if c.contended:
+        color = f"bold {p.error}"
+    elif c.job_pid is not None:
+        color = job_colors.get(c.job_pid, p.foreground)
+    else:
+        color = p.muted
+    text.append(glyph, style=color)
+    text.append(" ")
+    return text
+
+
+def group_title(g: CoreGroup) -> str:
+    node = "node ?" if g.numa_node is None else f"node {g.numa_node}"
+    cache = f"L{g.cache_level}" if g.cache_level is not None else "no shared cache"
+    cpus = fmt.cpus([c.cpu for c in g.cells])
+    gpus = sorted({i for c in g.cells for i in c.gpu_local})
+    local = f" · GPU{','.join(map(str, gpus))} local" if gpus else ""
+    return f"{node} · {cache} · CPUs {cpus}{local}"
+
+
+def core_map_text(
+    groups: Sequence[CoreGroup],
+    p: Palette,
+    job_colors: dict[int, str],
+    selected: ProcessRow | None,
+    width: int,
+) -> Text:
+    per_line = max(1, width // CELL_WIDTH)
+    selected_cpus = selected.ran_on_cpus if selected is not None else frozenset()
+    local = set(selected.gpus) if selected is not None and selected.gpus else None
+    out = Text(no_wrap=True, overflow="ellipsis")
+    for gi, g in enumerate(groups):
+        if gi:
+            out.append("\n")
+        out.append(group_title(g), style=f"bold {p.muted}")
+        for i, c in enumerate(g.cells):
+            if i % per_line == 0:
+                out.append("\n")
+            out.append_text(cell_text(c, p, job_colors, selected, selected_cpus, local))
+    out.append("\n\n")
+    legend: list[list[tuple[str, str]]] = [
+        [("▆", color), (f" job {pid}", p.muted)] for pid, color in job_colors.items()
+    ]
+    legend += [
+        [("▆", f"bold {p.error}"), (" shared", p.muted)],
+        [("▆", p.muted), (" others", p.muted)],
+        [(" 7", "reverse bold"), (" ran here", p.muted)],
+        [(" 7", p.disabled), (" outside mask", p.muted)],
+        [(" 7", "underline"), (" GPU-local", p.muted)],
+    ]
+    used = 0
+    for item in legend:
+        size = sum(len(t) for t, _ in item) + 2
+        if used and used + size > width:
+            out.append("\n")
+            used = 0
+        for part, style in item:
+            out.append(part, style=style)
+        out.append("  ")
+        used += size
+    return out
+
+
+class CoreMap(Static):
+    """Laid out again when its width changes (cells per line follow the width)."""
+
+    _last: tuple[Sequence[CoreGroup], Palette, dict[int, str], ProcessRow | None] | None = None
+
+    def on_resize(self) -> None:
+        if self._last is not None:
+            self.show(*self._last)
+
+    def show(
+        self, groups: Sequence[CoreGroup], p: Palette, job_colors: dict[int, str], selected: ProcessRow | None
+    ) -> None:
+        self._last = (groups, p, job_colors, selected)
+        width = max(CELL_WIDTH, self.size.width - 2) if self.size.width else 48
+        self.update(core_map_text(groups, p, job_colors, selected, width))

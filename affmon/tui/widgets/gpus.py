@@ -1,0 +1,116 @@
+"""The GPU panel: one line per GPU (utilisation bar, memory, PCIe RX/TX, link against
+its maximum, NUMA node) and a plotext history of utilisation and PCIe traffic."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rich.text import Text
+from textual.widgets import Static
+from textual_plotext import PlotextPlot
+
+from affmon.core import fmt
+from affmon.core.views import GpuHistory, GpuRow
+from affmon.tui.palette import Palette
+
+BAR_WIDTH = 10
+
+
+def bar(percent: float | None, width: int = BAR_WIDTH) -> str:
+    if percent is None:
+        return "·" * width
+    full = round(max(0.0, min(100.0, percent)) / 100 * width)
+    return "█" * full + "░" * (width - full)
+
+
+def link_text(g: GpuRow) -> tuple[str, bool]:
+    """``gen5 x16`` when at its maximum; ``gen3/5 x8/16`` (marked) when below it."""
+    degraded = g.gen_below_max or g.width_below_max
+    gen = f"gen{fmt.node(g.link_gen)}" + (f"/{g.max_gen}" if g.gen_below_max else "")
+    width = f"x{fmt.node(g.link_width)}" + (f"/{g.max_width}" if g.width_below_max else "")
+    return f"{gen} {width}", degraded
+
+
+def gpu_line(g: GpuRow, p: Palette, compact: bool = False) -> Text:
+    """One GPU; ``compact`` (a narrow terminal) leaves out the bar and the node."""
+    name = (g.name or "GPU").replace("NVIDIA ", "")
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(f"GPU{g.index:<2}", style="bold")
+    text.append(f"{name[:10]:<10} ")
+    if g.lost:
+        text.append("LOST: NVML says the GPU is lost (GPU_IS_LOST)", style=f"bold {p.error}")
+        return text
+    util = g.util_percent
+    color = p.muted if util is None else (p.success if util >= 80 else p.warning if util >= 50 else p.error)
+    if not compact:
+        text.append(bar(util) + " ", style=color)
+    text.append(f"{fmt.percent(util):>4}", style=f"bold {color}")
+    mem = f"{fmt.gib(g.mem_used_bytes)}/{fmt.gib(g.mem_total_bytes)} GiB"
+    text.append("  mem ", style=p.muted)
+    text.append(f"{mem:>13}")
+    text.append("  RX ", style=p.muted)
+    text.append(f"{fmt.bytes_per_s(g.pcie_rx_bytes_per_s):>10}")
+    text.append("  TX ", style=p.muted)
+    text.append(f"{fmt.bytes_per_s(g.pcie_tx_bytes_per_s):>10}")
+    link, degraded = link_text(g)
+    text.append("  ")
+    text.append(link, style=f"bold {p.warning}" if degraded else "")
+    if not compact:
+        text.append("  node ", style=p.muted)
+        text.append(fmt.node(g.numa_node))
+    return text
+
+
+class GpuPanel(Static):
+    _last: tuple[Sequence[GpuRow], Palette, str | None] | None = None
+
+    def on_resize(self) -> None:
+        if self._last is not None:
+            self.show(*self._last)
+
+    def show(self, gpus: Sequence[GpuRow], p: Palette, nvml_status: str | None) -> None:
+        self._last = (gpus, p, nvml_status)
+        if not gpus:
+            self.update(Text(nvml_status or "no GPUs", style=p.muted))
+            return
+        compact = 0 < self.size.width < 98
+        self.update(Text("\n").join(gpu_line(g, p, compact) for g in gpus))
+
+
+def _points(t: Sequence[float], v: Sequence[float | None], scale: float = 1.0) -> tuple[list[float], list[float]]:
+    pairs = [(x, y / scale) for x, y in zip(t, v, strict=False) if y is not None]
+    return [x for x, _ in pairs], [y for _, y in pairs]
+
+
+class GpuPlot(PlotextPlot):
+    """Utilisation (%, left axis) and PCIe RX/TX (GiB/s, right axis) of every GPU."""
+
+    def show(self, history: Mapping[int, GpuHistory], p: Palette) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.title("GPU util % and PCIe GiB/s, last minutes")
+        for index, h in sorted(history.items()):
+            x, y = _points(h.util_percent.t_s, h.util_percent.values)
+            if x:
+                plt.plot(x, y, label=f"GPU{index} util %", marker="braille", color="green")
+            x, y = _points(h.pcie_rx_bytes_per_s.t_s, h.pcie_rx_bytes_per_s.values, 2**30)
+            if x:
+                plt.plot(x, y, label=f"GPU{index} RX", yside="right", marker="braille", color="cyan")
+            x, y = _points(h.pcie_tx_bytes_per_s.t_s, h.pcie_tx_bytes_per_s.values, 2**30)
+            if x:
+                plt.plot(x, y, label=f"GPU{index} TX", yside="right", marker="braille", color="magenta")
+        plt.ylim(0, 100)
+        top = max(
+            (
+                v
+                for h in history.values()
+                for s in (h.pcie_rx_bytes_per_s, h.pcie_tx_bytes_per_s)
+                for v in s.values
+                if v
+            ),
+            default=0.0,
+        )
+        plt.ylim(0, max(1.0, top / 2**30), yside="right")  # type: ignore[arg-type]  # the stub says float
+        plt.xlabel("seconds")
+        self.refresh()

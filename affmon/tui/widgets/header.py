@@ -1,0 +1,90 @@
+"""The header line: host, CPUs / cores / NUMA nodes / GPUs, interval, NVML, source,
+paused. Segments that do not fit the width are dropped, least important first."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.widgets import Static
+
+from affmon.core.views import HeaderView
+from affmon.tui.palette import Palette
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def nvml_ok(status: str | None) -> bool:
+    return bool(status) and str(status).startswith("NVML:")
+
+
+def header_segments(h: HeaderView, *, paused: bool, clock_text: str) -> list[tuple[int, str, str]]:
+    """(priority, text, style role) segments, in screen order; lower priority is dropped
+    first. Roles: "title", "", "muted", "warning", "error"."""
+    segments: list[tuple[int, str, str]] = [(9, "affmon", "title"), (8, h.host, "")]
+    segments.append(
+        (
+            7,
+            f"{_plural(h.cpus, 'CPU')} · {_plural(h.cores, 'core')} · {_plural(h.numa_nodes, 'NUMA node')}"
+            f" · {_plural(h.gpus, 'GPU')}",
+            "",
+        )
+    )
+    segments.append((5, f"every {h.interval_s:g} s", "muted"))
+    if nvml_ok(h.nvml_status):
+        segments.append((2, str(h.nvml_status), "muted"))
+    else:
+        segments.append((8, h.nvml_status or "no NVML: running CPU-only", "warning"))
+    source = h.source + (f" {h.position}" if h.position else "")
+    if h.finished:
+        source += " (ended)"
+    segments.append((6 if h.source != "live" else 3, source, "warning" if h.finished else "muted"))
+    segments.append((4, clock_text, "muted"))
+    segments.append(
+        (1, f"{h.threads} threads in {h.processes} processes, read in {h.sample_cost_s * 1000:.0f} ms", "muted")
+    )
+    if paused:
+        segments.append((10, "PAUSED", "error"))
+    return segments
+
+
+def fit(segments: list[tuple[int, str, str]], width: int, sep: str = "  │  ") -> list[tuple[int, str, str]]:
+    """Drop the least important segments until the line fits ``width``."""
+    kept = list(segments)
+    while kept and len(sep.join(s[1] for s in kept)) > width:
+        kept.remove(min(kept, key=lambda s: s[0]))
+    return kept
+
+
+class HeaderBar(Static):
+    """One line at the top; laid out again when its width changes."""
+
+    _last: tuple[HeaderView | None, bool, Palette, str] | None = None
+
+    def on_resize(self) -> None:
+        if self._last is not None:
+            header, paused, palette, loading = self._last
+            self.show(header, paused=paused, palette=palette, loading=loading)
+
+    def show(self, header: HeaderView | None, *, paused: bool, palette: Palette, loading: str = "") -> None:
+        self._last = (header, paused, palette, loading)
+        if header is None:
+            self.update(Text.assemble(("affmon", "bold"), "  " + loading))
+            return
+        clock = time.strftime("%H:%M:%S", time.localtime(header.wall_time_s))
+        segments = fit(header_segments(header, paused=paused, clock_text=clock), max(20, self.size.width - 2))
+        styles = {
+            "title": "bold",
+            "muted": palette.muted,
+            "warning": f"bold {palette.warning}",
+            "error": f"bold reverse {palette.error}",
+            "": "",
+        }
+        text = Text()
+        for i, (_, part, role) in enumerate(segments):
+            if i:
+                text.append("  │  ", style=palette.disabled)
+            text.append(part, style=styles[role])
+        self.update(text)

@@ -1,0 +1,167 @@
+"""The TUI's pure model on the H200 recordings: views, history, jobs, the core map,
+findings on rows, and the pin proposal, without a terminal."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from affmon.core.advice import propose_pin
+from affmon.core.findings import Severity
+from affmon.core.monitor import Monitor
+from affmon.core.samples import PcieLink
+from affmon.core.views import thread_rows
+from tests.recordings import last_view, load, monitor, views
+
+
+def test_first_sample_gives_no_view_then_one_view_per_interval():
+    m = monitor("clean")
+    _, samples = load("clean")
+    assert m.feed(samples[0]) is None
+    got = [m.feed(s) for s in samples[1:]]
+    assert [v.tick for v in got if v is not None] == [1, 2, 3, 4]
+    assert m.feed(samples[-1]) is None  # not newer than the last: no interval, no view
+
+
+def test_header_says_where_and_what():
+    h = last_view("hogs").header
+    assert (h.host, h.cpus, h.cores, h.numa_nodes, h.gpus) == ("vm", 16, 16, 1, 1)
+    assert h.nvml_status == "NVML: 1 GPU, driver 580.159.04"
+    assert h.position == "sample 5/5" and h.source == "replay hogs"
+    assert h.watched == 21 and h.threads > 200 and h.processes > 150
+
+
+def test_the_hogs_job_row_carries_its_findings_and_workers_inherit_them():
+    v = last_view("hogs")
+    assert v.jobs == (608,)
+    root = v.process(608)
+    assert root is not None and root.role == "rank" and root.gpus == (0,)
+    assert {m.code for m in root.findings} == {"STARVED", "CONTENDED", "GPU_STARVED"}
+    assert root.worst == Severity.BAD and not any(m.inherited for m in root.findings)
+    worker = v.process(659)
+    assert worker is not None and worker.role == "worker" and worker.job_pid == 608
+    assert worker.findings and all(m.inherited for m in worker.findings)
+    assert worker.worst is None  # nothing raised on the worker itself
+    hog = v.process(601)
+    assert hog is not None and hog.findings == () and hog.role == "process"
+    assert hog.cpu_percent is not None and hog.cpu_percent > 90
+
+
+def test_a_clean_job_has_no_findings_and_no_contended_cpu():
+    v = last_view("clean")
+    assert v.findings == ()
+    assert all(not p.findings for p in v.processes)
+    assert not any(c.contended for g in v.cores for c in g.cells)
+
+
+def test_findings_need_two_intervals():
+    vs = views("narrow")
+    assert vs[0].findings == ()  # one interval: raised nowhere yet
+    assert {f.code for f in vs[1].findings} >= {"MASK_TOO_NARROW", "STARVED"}
+
+
+def test_core_map_every_cpu_once_grouped_with_who_ran_there():
+    v = last_view("overlap")
+    (group,) = v.cores  # one NUMA node, one L3 on the H200 VM
+    assert group.numa_node == 0 and group.cache_level == 3
+    assert [c.cpu for c in group.cells] == list(range(16))
+    assert all(c.allowed and c.gpu_local == (0,) for c in group.cells)
+    used = {c.cpu for c in group.cells if c.job_pid is not None}
+    assert used and used <= set(range(8))  # masks 0-5 and 2-7
+    assert {c.job_pid for c in group.cells} - {None} == {830, 832}
+    assert not any(c.job_pid for c in group.cells if c.cpu >= 8)
+    assert any(c.contended for c in group.cells)
+
+
+def test_hogs_show_as_other_processes_on_the_jobs_cpus():
+    v = last_view("hogs")
+    cells = [c for g in v.cores for c in g.cells]
+    assert sum(c.other_percent for c in cells) > 1000  # 16 hogs, most of a CPU each
+    assert any(c.contended for c in cells)
+    assert all(c.busy_percent <= 100 for c in cells)
+
+
+def test_history_is_bounded_and_ordered():
+    vs = views("hogs", history_len=2)
+    last = vs[-1]
+    util = last.gpu_history[0].util_percent
+    assert len(util.values) == 2 and util.t_s[-1] == 0.0 and util.t_s[0] < 0
+    assert [v.gpus[0].util_percent for v in vs[-2:]] == [int(x) for x in util.values if x is not None]
+    wait = last.process_history[608].wait_ratio
+    assert len(wait.values) == 2 and wait.values[-1] == pytest.approx(last.process(608).wait_ratio)
+    full = views("hogs")[-1]
+    assert len(full.gpu_history[0].util_percent.values) == 4
+
+
+def test_a_process_that_exits_goes_and_one_that_appears_comes():
+    header, samples = load("clean")
+    m = Monitor(header.topology, monitor("clean").info)
+    gone = tuple(p for p in samples[2].processes if p.pid != 478)
+    views_ = [m.feed(samples[0]), m.feed(samples[1]), m.feed(dataclasses.replace(samples[2], processes=gone))]
+    assert views_[1] is not None and views_[1].process(478) is not None
+    after = views_[2]
+    assert after is not None and after.process(478) is None and 478 not in after.process_history
+    back = m.feed(samples[3])
+    assert back is not None and back.process(478) is not None
+    assert back.process(478).cpu_percent is None  # new again: no earlier sample to diff against
+
+
+def test_a_pcie_link_below_its_maximum_is_marked():
+    header, samples = load("clean")
+    m = Monitor(header.topology, monitor("clean").info)
+
+    def slow(s):
+        return dataclasses.replace(
+            s, gpus=tuple(dataclasses.replace(g, pcie_link=PcieLink(3, 8, 5, 16)) for g in s.gpus)
+        )
+
+    m.feed(slow(samples[0]))
+    v = m.feed(slow(samples[1]))
+    assert v is not None
+    g = v.gpus[0]
+    assert g.gen_below_max and g.width_below_max and not last_view("clean").gpus[0].gen_below_max
+
+
+def test_a_lost_gpu_has_no_utilisation_in_history():
+    header, samples = load("clean")
+    m = Monitor(header.topology, monitor("clean").info)
+    lost = dataclasses.replace(samples[1], gpus=tuple(dataclasses.replace(g, lost=True) for g in samples[1].gpus))
+    m.feed(samples[0])
+    v = m.feed(lost)
+    assert v is not None and v.gpus[0].lost and v.gpu_history[0].util_percent.values == (None,)
+
+
+def test_thread_rows_busiest_first():
+    v = last_view("narrow")
+    rows = thread_rows(v.snapshot, 695)
+    assert len(rows) == 9 and {r.pid for r in rows} == {695}
+    cpu = [r.cpu_percent or 0 for r in rows]
+    assert cpu == sorted(cpu, reverse=True)
+    assert all(r.mask == frozenset({0, 1}) for r in rows)
+    assert thread_rows(v.snapshot, 424242) == ()
+
+
+def test_findings_of_a_worker_are_its_jobs():
+    v = last_view("narrow")
+    assert {f.code for f in v.findings_of(725)} == {f.code for f in v.findings_of(695)}
+    assert v.findings_of(424242) == ()
+
+
+def test_pin_proposal_for_the_narrow_job_widens_it_and_takes_the_workers():
+    v = last_view("narrow")
+    for pid in (695, 725):  # from the rank or from one of its workers: the job
+        pr = propose_pin(v.snapshot, pid)
+        assert pr is not None and pr.pid == 695
+        assert pr.current_mask == frozenset({0, 1})
+        assert pr.children == (724, 725, 726, 729)
+        assert len(pr.suggestion.cpus) > 2
+    assert propose_pin(v.snapshot, 424242) is None
+
+
+def test_pin_proposal_with_hogs_names_what_isolate_would_move():
+    v = last_view("hogs")
+    pr = propose_pin(v.snapshot, 608)
+    assert pr is not None
+    assert pr.move_off and all(o.cpus & pr.suggestion.cpus for o in pr.move_off)
+    assert set(pr.isolate_candidates) <= set(range(591, 607))

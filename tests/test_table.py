@@ -1,0 +1,119 @@
+"""The process table's rows: tree order, sorting, filtering, the two toggles. Pure."""
+
+from __future__ import annotations
+
+import pytest
+
+from affmon.core import fmt
+from affmon.core.table import SORTS, TableOptions, matches, next_sort, table_rows
+from tests.recordings import last_view
+
+
+def keys(rows):
+    return [r.key for r in rows]
+
+
+def test_tree_puts_workers_under_their_rank_with_tree_lines():
+    rows = table_rows(last_view("narrow"), TableOptions())
+    assert keys(rows) == ["p:695", "p:725", "p:726", "p:729", "p:724"] or keys(rows)[0] == "p:695"
+    assert rows[0].depth == 0 and rows[0].prefix == ""
+    assert all(r.depth == 1 for r in rows[1:])
+    assert [r.prefix for r in rows[1:]] == ["├─ "] * 3 + ["└─ "]
+
+
+def test_findings_first_then_cpu_puts_the_starved_job_above_the_hogs():
+    rows = table_rows(last_view("hogs"), TableOptions())
+    assert rows[0].key == "p:608"
+    assert {r.key for r in rows[1:5]} == {"p:659", "p:660", "p:661", "p:662"}  # its workers stay with it
+    assert len(rows) == 21
+
+
+def test_sort_by_cpu_puts_a_hog_first_and_keeps_workers_under_their_rank():
+    rows = table_rows(last_view("hogs"), TableOptions(sort="cpu"))
+    top = rows[0].process
+    assert top is not None and top.pid != 608 and top.cpu_percent is not None and top.cpu_percent > 99
+    index = keys(rows).index("p:608")
+    assert {r.key for r in rows[index + 1 : index + 5]} == {"p:659", "p:660", "p:661", "p:662"}
+    roots = [r.process for r in rows if r.depth == 0]
+    cpu = [p.cpu_percent or 0 for p in roots if p is not None]
+    assert cpu == sorted(cpu, reverse=True)
+
+
+def test_sort_by_pid_and_wait():
+    v = last_view("overlap")
+    by_pid = [r.process.pid for r in table_rows(v, TableOptions(sort="pid")) if r.depth == 0 and r.process]
+    assert by_pid == [830, 832]
+    by_wait = [r.process for r in table_rows(v, TableOptions(sort="wait")) if r.depth == 0 and r.process]
+    assert [p.wait_ratio for p in by_wait] == sorted((p.wait_ratio or 0 for p in by_wait), reverse=True)
+
+
+def test_sort_cycles_through_every_key():
+    seen = ["findings"]
+    for _ in range(len(SORTS)):
+        seen.append(next_sort(seen[-1]))
+    assert seen[-1] == "findings" and set(seen) == set(SORTS)
+    assert next_sort("nonsense") == "findings"
+
+
+def test_filter_keeps_matches_and_their_ancestors():
+    v = last_view("hogs")
+    assert keys(table_rows(v, TableOptions(filter_text="660"))) == ["p:608", "p:660"]
+    assert keys(table_rows(v, TableOptions(filter_text="no such thing"))) == []
+    by_code = {r.key for r in table_rows(v, TableOptions(filter_text="contend"))}
+    assert by_code == {"p:608", "p:659", "p:660", "p:661", "p:662"}  # workers inherit it
+
+
+def test_all_shows_more_than_the_training_processes_but_no_kernel_threads():
+    v = last_view("hogs")
+    training = table_rows(v, TableOptions())
+    everything = table_rows(v, TableOptions(training_only=False))
+    assert len(everything) > len(training) and "p:1" in keys(everything) and "p:1" not in keys(training)
+    kernel = {p.sample.pid for p in v.snapshot.processes if p.sample.kernel}
+    assert kernel and not kernel & {r.pid for r in everything}
+
+
+def test_thread_rows_follow_their_process():
+    v = last_view("narrow")
+    rows = table_rows(v, TableOptions(show_threads=True))
+    assert rows[0].key == "p:695"
+    threads_of_rank = [r for r in rows[1:10]]
+    assert all(r.thread is not None and r.thread.pid == 695 for r in threads_of_rank)
+    assert len([r for r in rows if r.thread]) == 9 + 4 * 3
+    assert all(r.key.startswith("t:") for r in rows if r.thread)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("", True), ("python", True), ("PYTHON", True), ("695", True), ("STARV", True), ("x", False)]
+)
+def test_matches(text, expected):
+    row = last_view("narrow").process(695)
+    assert row is not None and matches(row, text) is expected
+
+
+@pytest.mark.parametrize(
+    ("fn", "value", "text"),
+    [
+        (fmt.percent, None, "-"),
+        (fmt.percent, 57, "57%"),
+        (fmt.cpu_percent, 7.49, "7.5"),
+        (fmt.cpu_percent, 812.4, "812"),
+        (fmt.ratio_percent, 0.449, "45%"),
+        (fmt.per_s, 312.4, "312"),
+        (fmt.per_s, 4120.0, "4.1k"),
+        (fmt.per_s, 12_400.0, "12k"),
+        (fmt.per_s, 2_500_000.0, "2.5M"),
+        (fmt.bytes_per_s, 1.62e9, "1.51 GiB/s"),
+        (fmt.bytes_per_s, 148456808.8, "142 MiB/s"),
+        (fmt.bytes_per_s, 0.0, "0 B/s"),
+        (fmt.bytes_per_s, None, "-"),
+        (fmt.node, None, "?"),
+    ],
+)
+def test_formats(fn, value, text):
+    assert fn(value) == text
+
+
+def test_cpulists_are_cut_to_width():
+    assert fmt.cpus({0, 1, 2, 3, 8, 10, 12, 14}) == "0-3,8,10,12,14"
+    assert fmt.cpus({0, 1, 2, 3, 8, 10, 12, 14}, 9) == "0-3,8,10…"
+    assert fmt.cpus(None) == "-" and fmt.short_code("MASK_TOO_NARROW") == "NARROW"

@@ -1,0 +1,123 @@
+"""Building the app from a recording, stepping through it, and a fake pinner."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from textual.pilot import Pilot
+
+from affmon.actions.pin import PinResult, ThreadResult, UndoResult
+from affmon.core.advice import PinProposal, propose_pin
+from affmon.core.cpuset import CpuSet
+from affmon.core.monitor import SourceInfo
+from affmon.core.rates import Snapshot
+from affmon.core.samples import Sample
+from affmon.core.topology import Topology
+from affmon.tui.app import AffmonApp
+from affmon.tui.sources import ReplaySource
+from tests.recordings import RECORDINGS, load
+
+FIXED_CLOCK = 1_800_000_000.0
+
+
+class FakePinner:
+    """Records every call; ``fail`` makes ``apply`` report a rollback."""
+
+    def __init__(self, fail: str | None = None, last: str | None = "PID 695 pinned to CPUs 0-15") -> None:
+        self.fail = fail
+        self.last = last
+        self.calls: list[tuple[int, CpuSet, bool, bool]] = []
+        self.undos = 0
+
+    def propose(self, snapshot: Snapshot, pid: int) -> PinProposal | None:
+        return propose_pin(snapshot, pid)
+
+    def apply(self, proposal: PinProposal, *, isolate: bool, with_children: bool) -> PinResult:
+        cpus = proposal.suggestion.cpus
+        self.calls.append((proposal.pid, cpus, isolate, with_children))
+        if self.fail:
+            failed = ThreadResult(proposal.pid, proposal.pid + 1, frozenset({0, 1}), None, "failed", self.fail)
+            return PinResult(False, cpus, (failed,), self.fail, True, None)
+        threads = (ThreadResult(proposal.pid, proposal.pid, frozenset({0, 1}), cpus, "set"),)
+        return PinResult(True, cpus, threads, None, False, "test-entry")
+
+    def last_pin(self) -> str | None:
+        return self.last
+
+    def undo_last(self) -> UndoResult:
+        self.undos += 1
+        self.last = None
+        return UndoResult(True, ("test-entry",), (), None)
+
+
+class ListSource:
+    """Samples from a list, optionally slow, counting how many reads overlap."""
+
+    def __init__(self, topology: Topology, samples: Sequence[Sample], delay_s: float = 0.0) -> None:
+        self.topology = topology
+        self.info = SourceInfo("test", None, 1.0, "live")
+        self.samples = list(samples)
+        self.delay_s = delay_s
+        self.active = 0
+        self.most_active = 0
+        self.reads = 0
+        self._lock = threading.Lock()
+
+    def next_sample(self) -> Sample | None:
+        with self._lock:
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        try:
+            time.sleep(self.delay_s)
+            self.reads += 1
+            return self.samples.pop(0) if self.samples else None
+        finally:
+            with self._lock:
+                self.active -= 1
+
+    @property
+    def exhausted(self) -> bool:
+        return not self.samples
+
+    def pace_s(self) -> float:
+        return 0.0
+
+    def expected_masks(self) -> Mapping[int, CpuSet]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def replay_app(name: str, pinner: Any = None, **kwargs: Any) -> AffmonApp:
+    return AffmonApp(
+        ReplaySource(str(RECORDINGS / f"{name}.jsonl.gz")),
+        pinner if pinner is not None else FakePinner(),
+        clock=lambda: FIXED_CLOCK,
+        autostart=False,
+        **kwargs,
+    )
+
+
+def list_app(name: str, samples: Sequence[Sample] | None = None, **kwargs: Any) -> AffmonApp:
+    header, recorded = load(name)
+    return AffmonApp(ListSource(header.topology, samples or recorded), FakePinner(), autostart=False, **kwargs)
+
+
+async def step(app: AffmonApp, pilot: Pilot[None], ticks: int = 1) -> None:
+    for _ in range(ticks):
+        app.tick()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+
+
+async def play(pilot: Pilot[None]) -> None:
+    """Every sample of the app's source, then let the screen settle."""
+    app = pilot.app
+    assert isinstance(app, AffmonApp)
+    while not app.source.exhausted:
+        await step(app, pilot)
+    await pilot.pause()

@@ -1,0 +1,315 @@
+"""The app driven by Pilot on the H200 recordings, with a fake pinner: selection, sort,
+filter, the toggles, the re-pin flow (confirm, cancel, failure), undo, pause, 80x24,
+processes that come and go, and ticks that never overlap."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+from textual.widgets import Static
+
+from affmon.tui.app import AffmonApp
+from affmon.tui.screens import HelpScreen, PinScreen, UndoScreen
+from affmon.tui.widgets.detail import DetailText
+from affmon.tui.widgets.processes import ProcessTable
+from tests.recordings import load
+from tests.tui.helpers import FakePinner, ListSource, list_app, play, replay_app, step
+
+SIZE = (160, 48)
+
+
+def run(coro):  # the tests are plain functions; each runs its own event loop
+    return asyncio.run(coro)
+
+
+def table(app: AffmonApp) -> ProcessTable:
+    return app.query_one(ProcessTable)
+
+
+def shown_text(app: AffmonApp, selector: str) -> str:
+    widget = app.screen.query_one(selector, Static)
+    return str(widget.render())
+
+
+def test_starts_on_the_worst_job_and_arrows_move_the_selection():
+    async def go():
+        app = replay_app("hogs")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            assert table(app).selected_key == "p:608" and app.selected_pid == 608
+            assert "608 python3" in str(app.query_one(DetailText).render())
+            assert "CONTENDED" in str(app.query_one(DetailText).render())
+            await pilot.press("down")
+            assert app.selected_pid != 608 and table(app).selected_key == f"p:{app.selected_pid}"
+            assert f"{app.selected_pid} pt_data_worker" in str(app.query_one(DetailText).render())
+
+    run(go())
+
+
+def test_selection_stays_on_its_process_across_ticks():
+    async def go():
+        app = replay_app("hogs")
+        async with app.run_test(size=SIZE) as pilot:
+            await step(app, pilot, 2)
+            await pilot.press("down", "down")
+            chosen = app.selected_pid
+            await play(pilot)  # findings appear and rows reorder: the cursor follows the key
+            assert app.selected_pid == chosen and table(app).selected_key == f"p:{chosen}"
+
+    run(go())
+
+
+def test_mouse_click_selects_a_row():
+    async def go():
+        app = replay_app("hogs")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            keys = table(app)._keys
+            await pilot.click(ProcessTable, offset=(3, 4))  # header row, then rows 0..: row 3
+            await pilot.pause()
+            assert table(app).selected_key == keys[3] and app.selected_pid == int(keys[3].split(":")[1])
+
+    run(go())
+
+
+def test_sort_cycles_and_reorders():
+    async def go():
+        app = replay_app("hogs")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            assert table(app)._keys[0] == "p:608"
+            await pilot.press("s")
+            assert app.options.sort == "cpu" and "sort CPU %" in shown_text(app, "#status")
+            first = app.view.process(int(table(app)._keys[0].split(":")[1]))
+            assert first is not None and first.cpu_percent > 99
+            await pilot.press("s", "s", "s")
+            assert app.options.sort == "findings" and table(app)._keys[0] == "p:608"
+
+    run(go())
+
+
+def test_filter_narrows_and_escape_clears():
+    async def go():
+        app = replay_app("hogs")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            await pilot.press("slash", "6", "6", "0")
+            assert table(app)._keys == ["p:608", "p:660"]
+            await pilot.press("enter")
+            assert table(app)._keys == ["p:608", "p:660"] and "filter: '660'" in shown_text(app, "#status")
+            await pilot.press("escape")
+            assert len(table(app)._keys) == 21 and app.options.filter_text == ""
+
+    run(go())
+
+
+def test_all_and_training_toggle():
+    async def go():
+        app = replay_app("hogs")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            await pilot.press("a")
+            assert "p:1" in table(app)._keys and "all processes" in shown_text(app, "#status")
+            await pilot.press("a")
+            assert "p:1" not in table(app)._keys and len(table(app)._keys) == 21
+
+    run(go())
+
+
+def test_thread_rows_toggle():
+    async def go():
+        app = replay_app("narrow")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            assert not any(k.startswith("t:") for k in table(app)._keys)
+            await pilot.press("t")
+            assert "t:695:695" in table(app)._keys and table(app).selected_key == "p:695"
+            await pilot.press("t")
+            assert not any(k.startswith("t:") for k in table(app)._keys)
+
+    run(go())
+
+
+def test_repin_confirm_calls_the_pinner_with_the_suggested_cpus():
+    async def go():
+        pinner = FakePinner()
+        app = replay_app("narrow", pinner)
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            await pilot.press("r")
+            assert isinstance(app.screen, PinScreen)
+            proposal = app.screen.proposal
+            assert proposal.pid == 695 and proposal.current_mask == frozenset({0, 1})
+            text = shown_text(app, "#dialog-text")
+            assert "current mask   0-1" in text and "suggested CPUs 0-15" in text and "[x] c  with children" in text
+            assert pinner.calls == []  # nothing before Enter
+            await pilot.press("enter")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert pinner.calls == [(695, proposal.suggestion.cpus, False, True)]
+            assert "pinned to CPUs 0-15" in shown_text(app, "#dialog-text")
+            await pilot.press("enter")
+            assert not isinstance(app.screen, PinScreen)
+            assert "pinned 695 to CPUs 0-15" in shown_text(app, "#status")
+
+    run(go())
+
+
+def test_repin_toggles_isolate_and_children():
+    async def go():
+        pinner = FakePinner()
+        app = replay_app("hogs", pinner)
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            await pilot.press("r")
+            assert "move these off those CPUs" in shown_text(app, "#dialog-text")
+            await pilot.press("i", "c")
+            assert "[x] i  isolate" in shown_text(app, "#dialog-text")
+            await pilot.press("enter")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert [(pid, isolate, children) for pid, _, isolate, children in pinner.calls] == [(608, True, False)]
+
+    run(go())
+
+
+def test_repin_cancel_changes_nothing():
+    async def go():
+        pinner = FakePinner()
+        app = replay_app("narrow", pinner)
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            await pilot.press("r")
+            assert isinstance(app.screen, PinScreen)
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not isinstance(app.screen, PinScreen) and pinner.calls == []
+
+    run(go())
+
+
+def test_repin_failure_is_shown():
+    async def go():
+        pinner = FakePinner(fail="not permitted to set the affinity of PID 695 (user root)")
+        app = replay_app("narrow", pinner)
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            await pilot.press("r", "enter")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            text = shown_text(app, "#dialog-text")
+            assert "not pinned: not permitted" in text and "put back as it was" in text
+            await pilot.press("escape")
+            assert "pin of 695 failed" in shown_text(app, "#status")
+
+    run(go())
+
+
+def test_undo_asks_then_undoes_and_says_so():
+    async def go():
+        pinner = FakePinner()
+        app = replay_app("narrow", pinner)
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            await pilot.press("u")
+            assert isinstance(app.screen, UndoScreen) and pinner.undos == 0
+            assert "PID 695 pinned to CPUs 0-15" in shown_text(app, "#dialog-text")
+            await pilot.press("enter")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert pinner.undos == 1 and "undone" in shown_text(app, "#dialog-text")
+            await pilot.press("enter")
+            await pilot.press("u")  # nothing left to undo: no dialog
+            assert not isinstance(app.screen, UndoScreen) and pinner.undos == 1
+
+    run(go())
+
+
+def test_help_opens_and_closes():
+    async def go():
+        app = replay_app("clean")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            assert not isinstance(app.screen, HelpScreen)
+
+    run(go())
+
+
+def test_pause_stops_the_ticks_and_resume_restarts_them():
+    async def go():
+        header, samples = load("clean")
+        # The same five samples shifted in time, over and over: a source that never ends.
+        many = [dataclasses.replace(s, monotonic_s=s.monotonic_s + 10 * k) for k in range(10) for s in samples]
+        app = AffmonApp(ListSource(header.topology, many), FakePinner(), interval=0.02)
+        async with app.run_test(size=SIZE) as pilot:
+            while app.view is None:
+                await pilot.pause(0.02)
+            await pilot.press("p")
+            assert app.paused and "PAUSED" in shown_text(app, "#header")
+            await pilot.pause(0.1)
+            ticks = app.monitor.samples_seen
+            await pilot.pause(0.3)
+            assert app.monitor.samples_seen == ticks
+            await pilot.press("p")
+            await pilot.pause(0.3)
+            assert app.monitor.samples_seen > ticks and "PAUSED" not in shown_text(app, "#header")
+
+    run(go())
+
+
+def test_a_slow_tick_delays_the_next_and_never_overlaps():
+    async def go():
+        header, samples = load("clean")
+        source = ListSource(header.topology, samples, delay_s=0.15)
+        app = AffmonApp(source, FakePinner(), interval=0.0)
+        async with app.run_test(size=SIZE) as pilot:
+            started = time.monotonic()
+            while not source.exhausted and time.monotonic() - started < 10:
+                await pilot.pause(0.05)
+            await app.workers.wait_for_complete()
+            assert source.reads == 5 and source.most_active == 1
+
+    run(go())
+
+
+def test_a_process_that_exits_disappears_and_a_new_one_appears():
+    _, samples = load("clean")
+    without = tuple(p for p in samples[2].processes if p.pid != 478)
+    feed = [samples[0], samples[1], dataclasses.replace(samples[2], processes=without), samples[3]]
+
+    async def go():
+        app = list_app("clean", feed)
+        async with app.run_test(size=SIZE) as pilot:
+            await step(app, pilot)  # two samples: the first view
+            assert "p:478" in table(app)._keys
+            await pilot.press("down")  # select a worker that stays
+            chosen = table(app).selected_key
+            await step(app, pilot)
+            assert "p:478" not in table(app)._keys and table(app).selected_key == chosen
+            await step(app, pilot)
+            assert "p:478" in table(app)._keys and table(app).selected_key == chosen
+
+    run(go())
+
+
+def test_at_80x24_the_table_stays_and_the_side_panes_go():
+    async def go():
+        app = replay_app("overlap")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            assert app.query_one("#cores").display and app.query_one("#detail").display
+            rows = list(table(app)._keys)
+            await pilot.resize_terminal(80, 24)
+            await pilot.pause()
+            assert not app.query_one("#cores").display and not app.query_one("#detail").display
+            assert not app.query_one("#gpu-plot").display
+            assert table(app).size.height >= 10 and table(app)._keys == rows
+            header = shown_text(app, "#header")
+            assert "affmon" in header and len(header) <= 80
+
+    run(go())

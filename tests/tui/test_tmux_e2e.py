@@ -1,0 +1,117 @@
+"""End to end in a real terminal: tmux runs ``python -m affmon --pid X`` on a busy
+process pinned to one CPU; the screen shows it; ``r`` then Enter re-pins it for real
+(checked with sched_getaffinity on every thread); ``u`` then Enter puts it back."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.live import usable_cpus, workload
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (tests/run installs it)")
+
+
+class Tmux:
+    """One tmux server of our own (its own socket), so nothing else's sessions are touched."""
+
+    def __init__(self, socket: str) -> None:
+        self.socket = socket
+
+    def run(self, *args: str) -> str:
+        out = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=20)
+        return out.stdout
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "e2e")
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "e2e", *keys)
+
+    def wait_for(self, found: Callable[[str], bool], what: str, timeout_s: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        screen = ""
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if found(screen):
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"waited {timeout_s:.0f} s for {what}; the screen was:\n{screen}")
+
+
+@pytest.fixture
+def tmux(tmp_path: Path) -> Iterator[Tmux]:
+    t = Tmux(f"affmon-test-{os.getpid()}")
+    try:
+        yield t
+    finally:
+        t.run("kill-server")
+
+
+def masks(pid: int) -> dict[int, frozenset[int]]:
+    found = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that just exited
+            found[int(tid)] = frozenset(os.sched_getaffinity(int(tid)))
+    return found
+
+
+def test_repin_and_undo_for_real_in_tmux(tmux: Tmux, tmp_path: Path):
+    cpus = usable_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs two usable CPUs to move a process between")
+    # Two busy threads on one CPU want two: the suggestion must be wider, whatever else runs.
+    with workload("--cpus", str(cpus[0]), "--busy", "2", "--sleepers", "1", "--seconds", "120") as w:
+        pid = w["pid"]
+        assert set(masks(pid).values()) == {frozenset({cpus[0]})}
+        command = (
+            f"cd {ROOT} && env XDG_STATE_HOME={tmp_path / 'state'} TERM=xterm-256color "
+            f"{sys.executable} -m affmon --pid {pid} --interval 0.5"
+        )
+        tmux.run("new-session", "-d", "-s", "e2e", "-x", "160", "-y", "48", command)
+        screen = tmux.wait_for(lambda s: re.search(rf"\b{pid}\b.*python", s) is not None, f"PID {pid} on screen")
+        assert "affmon" in screen and "RAN ON" in screen
+
+        tmux.keys("r")
+        screen = tmux.wait_for(lambda s: "suggested CPUs" in s, "the re-pin dialog")
+        assert set(masks(pid).values()) == {frozenset({cpus[0]})}  # nothing changes before Enter
+        suggested = re.search(r"suggested CPUs (\S+)", screen)
+        assert suggested is not None
+        tmux.keys("Enter")
+        screen = tmux.wait_for(lambda s: "pinned to CPUs" in s or "not pinned" in s, "the pin result")
+        assert "pinned to CPUs" in screen, screen
+        wanted = frozenset(_cpulist(suggested.group(1)))
+        assert wanted != {cpus[0]}
+        assert set(masks(pid).values()) == {wanted}
+
+        tmux.keys("Enter")  # close the result
+        tmux.wait_for(lambda s: "pinned to CPUs" not in s, "the dialog to close")
+        tmux.keys("u")
+        tmux.wait_for(lambda s: "Undo the last pin" in s, "the undo dialog")
+        tmux.keys("Enter")
+        tmux.wait_for(lambda s: "undone" in s, "the undo result")
+        assert set(masks(pid).values()) == {frozenset({cpus[0]})}
+        tmux.keys("Enter")
+        tmux.keys("q")
+        deadline = time.monotonic() + 10
+        while "e2e" in tmux.run("list-sessions") and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+def _cpulist(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
