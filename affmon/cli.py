@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--interval", dest="tui_interval", type=_seconds, default=1.0, metavar="SECONDS")
     parser.add_argument("--replay", metavar="FILE", help="replay a recording (affmon record; .gz too)")
+    parser.add_argument(
+        "--demo", action="store_true", help="replay a real run recorded on an H200 (a job starved by CPU hogs, fixed)"
+    )
     parser.add_argument("--speed", type=_speed, default=1.0, metavar="X", help="replay at X times the recorded pace")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 

@@ -6,6 +6,8 @@ through every sample, and saves SVGs under ``screenshots/``:
 * main.svg      the overlap recording (two jobs on overlapping masks), main view
 * findings.svg  the hogs recording, the starved rank selected with its detail pane
 * pin_modal.svg the narrow recording, ``r`` pressed on the rank
+* demo.svg      the packaged demo (``affmon --demo``) at its end: the job's wait ratio
+                history before and after affmon's pin --isolate
 
 ``--png`` also writes PNGs next to them where ``rsvg-convert`` exists (librsvg2-bin).
 """
@@ -27,11 +29,13 @@ from affmon.tui.pinner import ReplayPinner  # noqa: E402
 from affmon.tui.sources import ReplaySource  # noqa: E402
 
 RECORDINGS = ROOT / "tests" / "fixtures" / "recordings"
+DEMO = str(ROOT / "affmon" / "data" / "demo.jsonl.gz")
 SIZE = (160, 48)
 
 
 async def shoot(recording: str, out: Path, keys: tuple[str, ...] = (), size: tuple[int, int] = SIZE) -> None:
-    app = AffmonApp(ReplaySource(str(RECORDINGS / recording)), ReplayPinner(), autostart=False)
+    path = recording if "/" in recording else str(RECORDINGS / recording)
+    app = AffmonApp(ReplaySource(path), ReplayPinner(), autostart=False)
     async with app.run_test(size=size) as pilot:
         while not app.source.exhausted:
             app.tick()
@@ -41,7 +45,8 @@ async def shoot(recording: str, out: Path, keys: tuple[str, ...] = (), size: tup
             await pilot.press(key)
             await pilot.pause()
         await pilot.pause()
-        out.write_text(app.export_screenshot(title=f"affmon --replay {recording}"), encoding="utf-8")
+        title = "affmon --demo" if recording == DEMO else f"affmon --replay {recording}"
+        out.write_text(app.export_screenshot(title=title), encoding="utf-8")
     print(f"wrote {out.relative_to(ROOT)}")
 
 
@@ -52,6 +57,7 @@ async def main(png: bool) -> None:
         ("overlap.jsonl.gz", target / "main.svg", ()),
         ("hogs.jsonl.gz", target / "findings.svg", ()),
         ("narrow.jsonl.gz", target / "pin_modal.svg", ("r",)),
+        (DEMO, target / "demo.svg", ("down",) * 4),  # the rank, below the 4 busiest hogs
     ]
     for recording, out, keys in shots:
         await shoot(recording, out, keys)

@@ -15,12 +15,25 @@ from affmon.core.errors import AffmonError
 EXIT_USAGE = 2
 
 
+def demo_recording() -> str:
+    """The real H200 run shipped inside the package (affmon/data/README.md)."""
+    from importlib.resources import files
+
+    return str(files("affmon") / "data" / "demo.jsonl.gz")
+
+
 def cmd_tui(args: argparse.Namespace) -> int:
     from affmon.tui.pinner import Pinner, ReplayPinner, SystemPinner
     from affmon.tui.sources import LiveSource, ReplaySource, Source
 
     source: Source
     pinner: Pinner
+    if getattr(args, "demo", False):
+        if args.replay is not None:
+            raise AffmonError(
+                "--demo and --replay do not go together: --demo replays the recording shipped with affmon"
+            )
+        args.replay = demo_recording()
     if args.replay is not None:
         if args.tui_pid:
             raise AffmonError("--pid and --replay do not go together: a recording has its own processes")
