@@ -22,7 +22,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
 from affmon.core.monitor import HISTORY_LEN, Monitor
@@ -37,6 +37,7 @@ from affmon.tui.widgets.detail import DetailText, ProcessPlot, ThreadTable
 from affmon.tui.widgets.gpus import GpuPanel, GpuPlot
 from affmon.tui.widgets.header import HeaderBar
 from affmon.tui.widgets.processes import ProcessTable
+from affmon.tui.widgets.quiet import QuietStatic
 
 
 class ViewReady(Message):
@@ -111,7 +112,7 @@ class AffmonApp(App[None]):
             yield DetailText(id="detail-text")
             yield ThreadTable(id="threads")
             yield ProcessPlot(id="proc-plot")
-        yield Static(id="status")
+        yield QuietStatic(id="status")
         yield Input(placeholder="filter: PID, name, command, user or finding code", id="filter")
         yield Footer()
 
@@ -229,7 +230,9 @@ class AffmonApp(App[None]):
             self.query_one(DetailText).show(row, view.findings_of(pid) if pid is not None else (), p)
             self.query_one(ThreadTable).show(thread_rows(view.snapshot, pid) if pid is not None else (), p)
             self.query_one(ProcessPlot).show(pid, view.process_history)
-            self.query_one("#detail").border_title = f"Selected process {pid}" if pid else "Selected process"
+            title = f"Selected process {pid}" if pid else "Selected process"
+            if self.query_one("#detail").border_title != title:
+                self.query_one("#detail").border_title = title
         self._show_status()
 
     @on(DataTable.RowHighlighted, "#processes")
@@ -260,7 +263,7 @@ class AffmonApp(App[None]):
             status.append(" · ")
             status.append(worst.code, style=p.severity(worst.severity))
             status.append(f": {worst.message}")
-        self.query_one("#status", Static).update(status)
+        self.query_one("#status", QuietStatic).put(status)
 
     # -- actions --------------------------------------------------------------------
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.text import Text
-from textual.widgets import Static
 
 from affmon.core import fmt
 from affmon.core.cpuset import CpuSet
 from affmon.core.views import CoreCell, CoreGroup, ProcessRow
 from affmon.tui.palette import Palette
+from affmon.tui.widgets.quiet import QuietStatic
 
 LEVELS = "▁▂▃▄▅▆▇█"
 CELL_WIDTH = 6  # "  12▇ "
@@ -110,7 +110,7 @@ def core_map_text(
     return out
 
 
-class CoreMap(Static):
+class CoreMap(QuietStatic):
     """Laid out again when its width changes (cells per line follow the width)."""
 
     _last: tuple[Sequence[CoreGroup], Palette, dict[int, str], ProcessRow | None] | None = None
@@ -124,4 +124,4 @@ class CoreMap(Static):
     ) -> None:
         self._last = (groups, p, job_colors, selected)
         width = max(CELL_WIDTH, self.size.width - 2) if self.size.width else 48
-        self.update(core_map_text(groups, p, job_colors, selected, width))
+        self.put(core_map_text(groups, p, job_colors, selected, width))

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 from textual_plotext import PlotextPlot
 
 from affmon.core import fmt
@@ -16,6 +16,7 @@ from affmon.core.findings import Finding
 from affmon.core.views import ProcessHistory, ProcessRow, ThreadRow
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.processes import WAIT_BAD, WAIT_WARN
+from affmon.tui.widgets.quiet import QuietStatic
 
 THREAD_COLUMNS = (
     ("tid", "TID", 7),
@@ -76,42 +77,61 @@ def detail_text(row: ProcessRow | None, findings: Sequence[Finding], p: Palette)
     return out
 
 
-class DetailText(Static):
+class DetailText(QuietStatic):
     def show(self, row: ProcessRow | None, findings: Sequence[Finding], p: Palette) -> None:
-        self.update(detail_text(row, findings, p))
+        self.put(detail_text(row, findings, p))
 
 
 class ThreadTable(DataTable[Text]):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="none", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
+        self._rows: tuple[ThreadRow, ...] = ()
+        self._cells: dict[str, tuple[Text, ...]] = {}
 
     def on_mount(self) -> None:
         for key, label, width in THREAD_COLUMNS:
             self.add_column(label, width=width, key=key)
 
     def show(self, rows: Sequence[ThreadRow], p: Palette) -> None:
-        self.clear()
-        for t in rows:
-            wait_style = (
-                p.muted
-                if t.wait_ratio is None
-                else f"bold {p.error}"
-                if t.wait_ratio >= WAIT_BAD
-                else p.warning
-                if t.wait_ratio >= WAIT_WARN
-                else ""
-            )
-            self.add_row(
-                Text(str(t.tid), justify="right"),
-                Text(t.name, no_wrap=True, overflow="ellipsis"),
-                Text(fmt.node(t.psr), justify="right"),
-                Text(fmt.cpus(t.mask, 9), no_wrap=True),
-                Text(fmt.cpu_percent(t.cpu_percent), justify="right"),
-                Text(fmt.ratio_percent(t.wait_ratio), justify="right", style=wait_style),
-                Text(fmt.per_s(t.switches_per_s), justify="right"),
-                Text(fmt.per_s(t.migrations_per_s), justify="right"),
-                key=str(t.tid),
-            )
+        """Redraw only what changed: clearing and re-adding every row each tick re-laid out
+        the screen and was the larger part of the monitor's own CPU use."""
+        rows = tuple(rows)
+        if rows == self._rows:
+            return
+        cells = {str(t.tid): self._cells_of(t, p) for t in rows}
+        if [str(t.tid) for t in rows] == [str(t.tid) for t in self._rows]:
+            for key, new in cells.items():
+                old = self._cells.get(key)
+                for (column_key, _, _), new_cell, old_cell in zip(THREAD_COLUMNS, new, old or new, strict=True):
+                    if old is None or new_cell != old_cell:
+                        self.update_cell(key, column_key, new_cell)
+        else:
+            self.clear()
+            for key, row_cells in cells.items():
+                self.add_row(*row_cells, key=key)
+        self._rows, self._cells = rows, cells
+
+    @staticmethod
+    def _cells_of(t: ThreadRow, p: Palette) -> tuple[Text, ...]:
+        wait_style = (
+            p.muted
+            if t.wait_ratio is None
+            else f"bold {p.error}"
+            if t.wait_ratio >= WAIT_BAD
+            else p.warning
+            if t.wait_ratio >= WAIT_WARN
+            else ""
+        )
+        return (
+            Text(str(t.tid), justify="right"),
+            Text(t.name, no_wrap=True, overflow="ellipsis"),
+            Text(fmt.node(t.psr), justify="right"),
+            Text(fmt.cpus(t.mask, 9), no_wrap=True),
+            Text(fmt.cpu_percent(t.cpu_percent), justify="right"),
+            Text(fmt.ratio_percent(t.wait_ratio), justify="right", style=wait_style),
+            Text(fmt.per_s(t.switches_per_s), justify="right"),
+            Text(fmt.per_s(t.migrations_per_s), justify="right"),
+        )
 
 
 class ProcessPlot(PlotextPlot):

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rich.text import Text
-from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from affmon.core import fmt
 from affmon.core.views import GpuHistory, GpuRow
 from affmon.tui.palette import Palette
+from affmon.tui.widgets.quiet import QuietStatic
 
 BAR_WIDTH = 10
 
@@ -61,7 +61,7 @@ def gpu_line(g: GpuRow, p: Palette, compact: bool = False) -> Text:
     return text
 
 
-class GpuPanel(Static):
+class GpuPanel(QuietStatic):
     _last: tuple[Sequence[GpuRow], Palette, str | None] | None = None
 
     def on_resize(self) -> None:
@@ -71,10 +71,10 @@ class GpuPanel(Static):
     def show(self, gpus: Sequence[GpuRow], p: Palette, nvml_status: str | None) -> None:
         self._last = (gpus, p, nvml_status)
         if not gpus:
-            self.update(Text(nvml_status or "no GPUs", style=p.muted))
+            self.put(Text(nvml_status or "no GPUs", style=p.muted))
             return
         compact = 0 < self.size.width < 98
-        self.update(Text("\n").join(gpu_line(g, p, compact) for g in gpus))
+        self.put(Text("\n").join(gpu_line(g, p, compact) for g in gpus))
 
 
 def _points(t: Sequence[float], v: Sequence[float | None], scale: float = 1.0) -> tuple[list[float], list[float]]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from textual.widgets import Static
 
 from affmon.core.views import HeaderView
 from affmon.tui.palette import Palette
+from affmon.tui.widgets.quiet import QuietStatic
 
 
 def _plural(n: int, word: str) -> str:
@@ -58,7 +58,7 @@ def fit(segments: list[tuple[int, str, str]], width: int, sep: str = "  │  ") 
     return kept
 
 
-class HeaderBar(Static):
+class HeaderBar(QuietStatic):
     """One line at the top; laid out again when its width changes."""
 
     _last: tuple[HeaderView | None, bool, Palette, str] | None = None
@@ -71,7 +71,7 @@ class HeaderBar(Static):
     def show(self, header: HeaderView | None, *, paused: bool, palette: Palette, loading: str = "") -> None:
         self._last = (header, paused, palette, loading)
         if header is None:
-            self.update(Text.assemble(("affmon", "bold"), "  " + loading))
+            self.put(Text.assemble(("affmon", "bold"), "  " + loading))
             return
         clock = time.strftime("%H:%M:%S", time.localtime(header.wall_time_s))
         segments = fit(header_segments(header, paused=paused, clock_text=clock), max(20, self.size.width - 2))
@@ -87,4 +87,4 @@ class HeaderBar(Static):
             if i:
                 text.append("  │  ", style=palette.disabled)
             text.append(part, style=styles[role])
-        self.update(text)
+        self.put(text)
