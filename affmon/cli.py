@@ -29,6 +29,7 @@ COMMANDS = {
     "pin": ("pinning", "cmd_pin"),
     "exec": ("pinning", "cmd_exec"),
     "undo": ("pinning", "cmd_undo"),
+    "export": ("export", "cmd_export"),
     "tui": ("tui", "cmd_tui"),  # no subcommand: the monitor
 }
 
@@ -154,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("pid", type=_pid, nargs="?", metavar="PID", help="the last pin of PID")
     target.add_argument("--all", action="store_true", help="every pin affmon made, newest first")
     undo.add_argument("--json", action="store_true", help="print JSON")
+    from affmon.commands.export import add_export_parser
+
+    add_export_parser(sub)
     return parser
 
 

@@ -91,8 +91,8 @@ def _threads(out: _Builder, p: ProcessRates, snap: Snapshot) -> None:
 def _finding(out: _Builder, f: Finding, snap: Snapshot) -> None:
     process = snap.process(f.pid) if f.pid is not None else None
     gpu = f.evidence.get("gpu")
-    labels = (f.code, str(f.severity), f.pid, process.sample.name if process else "", gpu if isinstance(gpu, int) else "")
-    out.add(m.FINDING, labels, 1)
+    name = process.sample.name if process else ""
+    out.add(m.FINDING, (f.code, str(f.severity), f.pid, name, gpu if isinstance(gpu, int) else ""), 1)
 
 
 def _gpus(out: _Builder, state: ExportState, snap: Snapshot) -> None:

@@ -61,8 +61,11 @@ class Totals:
     gpus: Mapping[GpuKey, GpuTotals] = field(default_factory=dict)
 
 
-def _counts(thread: ThreadSample) -> tuple[int | None, ...]:
-    t = thread
+_FIELDS = ProcessTotals.__slots__
+
+
+def _counts(t: ThreadSample) -> tuple[int | None, ...]:
+    """A thread's counters in ``ProcessTotals``'s field order."""
     return (t.cpu_ns, t.wait_ns, t.voluntary_switches, t.involuntary_switches, t.migrations)
 
 
@@ -74,7 +77,7 @@ def _sum(values: list[int | None]) -> int | None:
 def advance_process(old: ProcessTotals | None, cur: ProcessSample, prev: ProcessSample | None) -> ProcessTotals:
     """The process's counters after ``cur``, from ``old`` (its totals after ``prev``)."""
     now = [_counts(t) for t in cur.threads]
-    first = [_sum([c[i] for c in now]) for i in range(5)]
+    first = [_sum([c[i] for c in now]) for i in range(len(_FIELDS))]
     if old is None or prev is None or prev.key != cur.key:
         return ProcessTotals(*first)
     before = {(t.tid, t.start_ticks): _counts(t) for t in prev.threads}
@@ -92,7 +95,7 @@ def advance_process(old: ProcessTotals | None, cur: ProcessSample, prev: Process
             if then is not None and value >= then:  # else unknown before, or reset: add nothing
                 totals[i] = total + value - then
     # A counter no thread knew before starts from what the threads know now.
-    return ProcessTotals(*(first[i] if totals[i] is None else totals[i] for i in range(5)))
+    return ProcessTotals(*(f if t is None else t for f, t in zip(first, totals, strict=True)))
 
 
 def _pcie(
