@@ -1,0 +1,83 @@
+"""A DDP training job for the multi-GPU scenarios: one rank per GPU (torchrun), each rank
+the same ResNet-18 with 4 DataLoader workers as bench/train_job.py. Every rank prints
+``READY rank=R pid=P`` and ``RATE rank=R t=... samples_per_s=...`` lines.
+
+    torchrun --nproc-per-node 2 bench/ddp_job.py --seconds 60 --report-every 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torchvision
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_job import Augmented
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--work", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--report-every", type=float, default=2.0)
+    a = ap.parse_args()
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.backends.cudnn.benchmark = True
+    model = torchvision.models.resnet18(num_classes=1000).cuda().to(memory_format=torch.channels_last)
+    model = DistributedDataParallel(model, device_ids=[local])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = Augmented(10**7, a.work)
+    loader = DataLoader(
+        data,
+        batch_size=a.batch,
+        num_workers=a.workers,
+        pin_memory=True,
+        sampler=DistributedSampler(data, shuffle=True),
+        persistent_workers=a.workers > 0,
+    )
+    batches = iter(loader)
+
+    def step() -> int:
+        x, y = next(batches)
+        x = x.cuda(non_blocking=True).to(memory_format=torch.channels_last)
+        y = y.cuda(non_blocking=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return int(x.shape[0])
+
+    for _ in range(a.warmup):
+        step()
+    torch.cuda.synchronize()
+    print(f"READY rank={rank} pid={os.getpid()} gpu={local} affinity={sorted(os.sched_getaffinity(0))}", flush=True)
+    start = window_start = time.perf_counter()
+    window = 0
+    while time.perf_counter() - start < a.seconds:
+        window += step()
+        now = time.perf_counter()
+        if now - window_start >= a.report_every:
+            torch.cuda.synchronize()
+            now = time.perf_counter()
+            print(f"RATE rank={rank} t={now - start:.1f} samples_per_s={window / (now - window_start):.1f}", flush=True)
+            window, window_start = 0, now
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
