@@ -51,6 +51,7 @@ def launch(
     name: str, out: Path, gpus: int, seconds: float, prefix: list[str], torchrun_args: list[str], program: list[str]
 ) -> Run:
     log = out / f"{name}.log"
+    # torchrun runs python itself unless --no-python, where ``program`` names what to run.
     job = [*program, str(ROOT / "bench/ddp_job.py"), "--seconds", str(seconds), "--report-every", "2"]
     cmd = [*prefix, "torchrun", "--standalone", f"--nproc-per-node={gpus}", *torchrun_args, *job]
     proc = subprocess.Popen(
@@ -116,8 +117,8 @@ def main() -> None:
     nodes = numa_nodes()
     has_numa_binding = "--numa-binding" in subprocess.run(["torchrun", "--help"], capture_output=True, text=True).stdout
     placements: list[tuple[str, list[str], list[str], list[str]]] = [
-        ("unpinned", [], [], [PY]),
-        ("overlap", ["taskset", "-c", f"0-{max(ncpu // 4, 1) - 1}"], [], [PY]),
+        ("unpinned", [], [], []),
+        ("overlap", ["taskset", "-c", f"0-{max(ncpu // 4, 1) - 1}"], [], []),
         ("affmon_plan", [], ["--no-python"], [str(ROOT / "bench/affmon_cmd"), "exec", "--from-env", "--", PY]),
     ]
     notes = []
@@ -126,7 +127,7 @@ def main() -> None:
     else:
         notes.append(f"cross_numa: skipped, the machine has one NUMA node ({list(nodes.values())})")
     if has_numa_binding:
-        placements.append(("torch_numa", [], ["--numa-binding", "node"], [PY]))
+        placements.append(("torch_numa", [], ["--numa-binding", "node"], []))
     else:
         notes.append("torch_numa: this PyTorch's torchrun has no --numa-binding")
     if a.placements:
