@@ -313,3 +313,33 @@ def test_at_80x24_the_table_stays_and_the_side_panes_go():
             assert "affmon" in header and len(header) <= 80
 
     run(go())
+
+
+def test_resized_down_and_back_up_the_panes_return():
+    async def go():
+        app = replay_app("hogs")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            rows = list(table(app)._keys)
+            for size in ((80, 24), SIZE, (80, 24), (120, 36), SIZE):
+                await pilot.resize_terminal(*size)
+                await pilot.pause()
+                assert table(app)._keys == rows
+            assert app.query_one("#cores").display and app.query_one("#detail").display
+
+    run(go())
+
+
+def test_a_terminal_without_colour(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")  # https://no-color.org, honoured by Textual
+
+    async def go():
+        app = replay_app("narrow")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            assert app.no_color
+            assert "affmon" in shown_text(app, "#header")
+            # severity still reads without colour: the codes are words, not only colours
+            assert "NARROW" in " ".join(str(c) for c in table(app).get_row_at(0))
+
+    run(go())
