@@ -110,6 +110,13 @@ class NvmlGateway:
             return False
         try:
             nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            self.status = f"no NVML ({_text(exc)}); running CPU-only"
+            return False
+        except OSError as exc:  # the shared library failed to load in an odd way
+            self.status = f"no NVML ({exc}); running CPU-only"
+            return False
+        try:
             count = int(nvml.nvmlDeviceGetCount())
             devices = []
             for index in range(count):
@@ -120,10 +127,11 @@ class NvmlGateway:
                     lost.unsupported.add(f"handle: {_text(exc)}")
                     devices.append(lost)
         except nvml.NVMLError as exc:
+            # Initialised but unusable: shut it down again, or the driver library's
+            # reference count keeps NVML initialised for the life of the process.
+            with contextlib.suppress(nvml.NVMLError):
+                nvml.nvmlShutdown()
             self.status = f"no NVML ({_text(exc)}); running CPU-only"
-            return False
-        except OSError as exc:  # the shared library failed to load in an odd way
-            self.status = f"no NVML ({exc}); running CPU-only"
             return False
         self.nvml = nvml
         self._devices = devices

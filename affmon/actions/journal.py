@@ -101,7 +101,8 @@ class Journal:
                 continue
             try:
                 entries.append(_decode(json.loads(line)))
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+                # RecursionError: a line of lists nested past what json.loads can descend.
                 raise JournalError(
                     f"the affmon journal {self.path} is corrupt at line {number} ({_reason(exc)});"
                     " move it aside to continue"

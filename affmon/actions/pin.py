@@ -29,7 +29,7 @@ from typing import Literal, Protocol
 
 from affmon.actions.journal import Journal, JournalEntry, ThreadRecord, new_entry_id
 from affmon.collect.cgroup import Mount, cgroup_cpuset, read_mounts
-from affmon.collect.fs import read_line
+from affmon.collect.fs import read_line, read_text
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs, StatFields
 from affmon.collect.sampler import descendants
 from affmon.core.cpuset import MAX_CPU_ID, CpuSet, format_cpulist, parse_cpulist
@@ -75,6 +75,10 @@ class DryRunAffinity:
 
     def set(self, tid: int, cpus: CpuSet) -> None:
         self.real.get(tid)
+        if not _owner_allows(tid):
+            # What the real call would answer: a dry run must not promise a pin that
+            # another user's process would refuse.
+            raise OSError(errno.EPERM, os.strerror(errno.EPERM))
         self.would_set.append((tid, cpus))
         self._pretend[tid] = cpus
 
@@ -599,6 +603,37 @@ def _user(uid: int | None) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
+
+
+CAP_SYS_NICE = 23
+
+
+def _owner_allows(tid: int) -> bool:
+    """Whether ``sched_setaffinity`` on ``tid`` passes the kernel's owner check: this
+    process has CAP_SYS_NICE, or its effective UID is the thread's real or effective UID
+    (``check_same_owner``). True when /proc does not say; security policies (seccomp, an
+    LSM) are not predicted."""
+    caps = _status_value("/proc/self/status", "CapEff")
+    try:
+        if caps is not None and int(caps, 16) >> CAP_SYS_NICE & 1:
+            return True
+    except ValueError:
+        pass
+    uids = _status_value(f"/proc/{tid}/status", "Uid")
+    try:
+        real, effective = (int(uid) for uid in (uids or "").split()[:2])
+    except ValueError:
+        return True
+    return os.geteuid() in (real, effective)
+
+
+def _status_value(path: str, key: str) -> str | None:
+    text = read_text("/", path)
+    for line in (text or "").split("\n"):
+        name, sep, value = line.partition(":")
+        if sep and name == key:
+            return value.strip()
+    return None
 
 
 def _online_cpus(root: str) -> CpuSet:

@@ -86,13 +86,18 @@ def _unescape(field: str) -> str:
 
 
 def parse_mounts(text: str) -> tuple[Mount, ...]:
-    """Parse the text of ``/proc/mounts`` (fstab format: device, mount point, type,
-    options, then two numbers)."""
+    r"""Parse the text of ``/proc/mounts`` (fstab format: device, mount point, type,
+    options, then two numbers).
+
+    The kernel escapes only space, tab, newline and backslash in a field, so only those
+    separate lines and fields: ``splitlines``/``split()`` would also cut a mount point at
+    the other characters Python counts as whitespace or line breaks (\x1c-\x1f, \x85,
+    \xa0, \u2028, ...), which a path may hold."""
     mounts = []
-    for line in text.splitlines():
-        if not line.strip():
+    for line in text.split("\n"):
+        fields = [field for field in re.split("[ \t]", line) if field]
+        if not fields:
             continue
-        fields = line.split()
         if len(fields) < 4:
             raise ParseError(f"bad /proc/mounts line {line[:80]!r}")
         device, mountpoint, fstype, options = fields[:4]
@@ -178,7 +183,7 @@ def _task_path(root: str, task: str, kind: _Kind) -> str | None:
     """The task's cgroup path in the hierarchy of ``kind``, or None."""
     text = read_text(root, f"/proc/{task}/cgroup")
     if text is not None:
-        for line in text.splitlines():
+        for line in text.split("\n"):  # a cgroup name may hold \x85 or \u2028: see parse_mounts
             hierarchy_id, sep1, rest = line.partition(":")
             controllers, sep2, path = rest.partition(":")
             if not (sep1 and sep2):
@@ -188,7 +193,10 @@ def _task_path(root: str, task: str, kind: _Kind) -> str | None:
                     return path
             elif "cpuset" in controllers.split(","):
                 return path
-    name = read_line(root, f"/proc/{task}/cpuset")
+    # One line, the path, then "\n": only that is taken off (a cgroup's name may end in a
+    # space, and ``strip`` would make it another cgroup's).
+    text = read_text(root, f"/proc/{task}/cpuset")
+    name = None if text is None else text.split("\n")[0]
     return name or None
 
 

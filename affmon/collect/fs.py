@@ -12,9 +12,13 @@ import os
 
 # Errors that mean "this value is not available": gone (ENOENT, ESRCH), not allowed
 # (EACCES, EPERM), not a file here (ENOTDIR, EISDIR), or refused by the kernel (EINVAL,
-# EIO: some sysfs attributes of absent hardware answer that).
+# EIO: some sysfs attributes of absent hardware answer that). In a recorded tree, a
+# path built from file contents (a cgroup path, a mount point) can also be too long or
+# run into a symbolic link loop: no such file can exist, so the value is unknown too.
 UNAVAILABLE = frozenset(
     {
+        errno.ELOOP,
+        errno.ENAMETOOLONG,
         errno.ENOENT,
         errno.ESRCH,
         errno.EACCES,
@@ -39,9 +43,15 @@ def join(root: str, path: str) -> str:
 
 
 def read_bytes(path: str) -> bytes | None:
-    """Whole small file at an already-rooted ``path`` with one open/read/close, or None."""
+    """Whole small file at an already-rooted ``path`` with one open/read/close, or None.
+
+    ``O_NONBLOCK``: a FIFO in a recorded tree would otherwise block the open forever
+    (regular, proc and sys files ignore the flag). A path holding a NUL (it came from a
+    file's contents) names no file."""
+    if "\0" in path:
+        return None
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         if exc.errno in UNAVAILABLE:
             return None
@@ -78,6 +88,8 @@ def read_line(root: str, path: str) -> str | None:
 
 def list_dir(root: str, path: str) -> list[str]:
     """Names in a directory under ``root``; empty when it is missing or unreadable."""
+    if "\0" in path:
+        return []
     try:
         return os.listdir(join(root, path))
     except OSError as exc:

@@ -89,11 +89,12 @@ SOURCE = "hwloc-xml"
 # Objects of these types carry no cpuset: locality comes from the first other ancestor.
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})
 # hwloc 2 cache type names: L1Cache..L5Cache (data or unified), L1iCache..L3iCache.
-_CACHE_TYPE = re.compile(r"L(\d+)([diu]?)Cache")
+_CACHE_TYPE = re.compile(r"L([0-9]{1,3})([diu]?)Cache")
 _INSTRUCTION_CACHE = "2"  # cache_type attribute: 0 unified, 1 data, 2 instruction
 # "0302 [10de:1db5] [10de:1249] a1": class (base+sub), then [vendor:device].
 _PCI_TYPE = re.compile(r"\s*([0-9A-Fa-f]{1,4})\s+\[([0-9A-Fa-f]{1,4}):([0-9A-Fa-f]{1,4})\]")
-_VERSION = re.compile(r"(\d+)(?:\.\d+)*")
+# ASCII digits (``\d`` also matches "３"), and few of them: int() refuses 4,300 and more.
+_VERSION = re.compile(r"([0-9]{1,9})(?:\.[0-9]+)*")
 _V1_HINT = "is hwloc XML v1; re-export it with hwloc 2 (lstopo --of xml)"
 
 

@@ -25,6 +25,15 @@ PF_NO_SETAFFINITY = 0x04000000
 PF_KTHREAD = 0x00200000
 
 
+def _uint(text: str) -> int:
+    """A number the kernel printed with ``%u``/``%lu``/``%llu``: ASCII digits only, at most
+    the 20 a 64-bit value needs. (``int`` also takes ``-1``, ``+1``, ``1_000`` and ``３``,
+    which no kernel prints.)"""
+    if not (text.isascii() and text.isdigit()) or len(text) > 20:
+        raise ValueError(f"not an unsigned number: {text[:30]!r}")
+    return int(text)
+
+
 @dataclass(frozen=True, slots=True)
 class StatFields:
     """The fields of ``/proc/PID[/task/TID]/stat`` affmon uses."""
@@ -48,21 +57,21 @@ def parse_stat(text: str) -> StatFields:
     if open_paren < 0 or close_paren < open_paren:
         raise ParseError("stat line has no (comm)")
     try:
-        pid = int(text[:open_paren])
+        pid = _uint(text[:open_paren].strip())
         rest = text[close_paren + 1 :].split()
         # rest[0] is field 3 (state): field n is rest[n - 3].
         if len(rest) < 20:
             raise ParseError(f"stat line has {len(rest) + 2} fields, expected at least 22")
-        processor = int(rest[36]) if len(rest) > 36 else None
+        processor = _uint(rest[36]) if len(rest) > 36 else None
         return StatFields(
             pid=pid,
             comm=text[open_paren + 1 : close_paren],
             state=rest[0],
-            ppid=int(rest[1]),
-            flags=int(rest[6]),
-            utime_ticks=int(rest[11]),
-            stime_ticks=int(rest[12]),
-            start_ticks=int(rest[19]),
+            ppid=_uint(rest[1]),
+            flags=_uint(rest[6]),
+            utime_ticks=_uint(rest[11]),
+            stime_ticks=_uint(rest[12]),
+            start_ticks=_uint(rest[19]),
             processor=processor,
         )
     except ValueError as exc:
@@ -83,7 +92,7 @@ def parse_schedstat(text: str) -> SchedStat | None:
     if len(parts) < 3:
         raise ParseError(f"schedstat has {len(parts)} fields, expected 3")
     try:
-        cpu_ns, wait_ns, slices = int(parts[0]), int(parts[1]), int(parts[2])
+        cpu_ns, wait_ns, slices = _uint(parts[0]), _uint(parts[1]), _uint(parts[2])
     except ValueError:
         raise ParseError(f"bad number in schedstat {text.strip()!r}") from None
     if cpu_ns == 0 and wait_ns == 0 and slices == 0:
@@ -102,15 +111,17 @@ def parse_sched(text: str) -> SchedCounters:
     """The counters of ``/proc/PID/task/TID/sched`` (``key : value`` lines; the first two
     lines are a header). Missing keys are unknown; other lines are ignored."""
     values: dict[str, int] = {}
-    # The header line holds the task's name, which may itself contain "key : value".
-    for line in text.splitlines()[2:]:
+    # The header line holds the task's name, which may itself contain "key : value", and
+    # characters that ``splitlines`` takes for line breaks (\x1c, \x85, \u2028): only "\n"
+    # ends a line.
+    for line in text.split("\n")[2:]:
         key, sep, value = line.partition(":")
         if not sep:
             continue
         key = key.strip()
         if key in ("se.nr_migrations", "nr_voluntary_switches", "nr_involuntary_switches"):
             try:
-                values[key] = int(value.strip().split(".")[0])
+                values[key] = _uint(value.strip().split(".")[0])
             except ValueError:
                 raise ParseError(f"bad value for {key} in sched: {value.strip()!r}") from None
     return SchedCounters(
@@ -132,9 +143,11 @@ class StatusFields:
 
 
 def parse_status(text: str) -> StatusFields:
-    """The ``status`` lines affmon uses; absent lines are unknown."""
+    r"""The ``status`` lines affmon uses; absent lines are unknown. Only "\n" ends a line:
+    the ``Name:`` line holds the task's own name, and ``splitlines`` would also break it at
+    \x1c, \x85 or \u2028, letting a process forge ``Uid:`` or ``Cpus_allowed_list:``."""
     fields: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         key, sep, value = line.partition(":")
         if sep:
             fields[key] = value.strip()
@@ -145,7 +158,7 @@ def parse_status(text: str) -> StatusFields:
             return None
         first = raw.split()[0] if raw.split() else ""
         try:
-            return int(first)
+            return _uint(first)
         except ValueError:
             raise ParseError(f"bad value for {key} in status: {raw!r}") from None
 

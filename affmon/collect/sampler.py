@@ -4,10 +4,13 @@
 (command lines, user names, the last ``sched`` counters) keyed by PID/TID *and* start
 time, so a reused PID never inherits another process's data.
 
-Cost: per thread it reads ``stat`` and ``schedstat`` and asks ``sched_getaffinity``;
-``sched`` (switches, migrations) is read only for threads whose ``schedstat`` moved since
-the last tick (a thread that was not scheduled cannot have switched); for the others the
-previous counters are carried. ``status`` is read once per process.
+Cost, cheapest first: a process whose CPU time did not move by a clock tick since the
+last sample has only its threads' masks read (``sched_getaffinity``, one system call each),
+and a full read at least every ``QUIET_REREAD_EVERY`` samples. Otherwise, per thread,
+``schedstat`` and the mask; ``stat`` only when the thread was not asleep at the last
+tick or has been scheduled since; ``sched`` (switches, migrations) only for threads whose
+``schedstat`` moved (a thread that was not scheduled cannot have switched), the previous
+counters carried for the others. ``status`` is read once per watched process.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from affmon.collect.cgroup import Mount, cgroup_cpuset, read_mounts
 from affmon.collect.procfs import (
@@ -39,6 +43,12 @@ _PYTHON_RE = re.compile(r"^(python|pypy)[0-9.]*[a-z]?$")
 LAUNCHERS = frozenset({"torchrun", "accelerate", "deepspeed", "pt_main_thread", "pt_elastic"})
 
 _MOUNTS_REFRESH_S = 30.0
+# A process whose CPU time (utime + stime of all its threads, in clock ticks) did not move
+# since the last sample had no thread scheduled for a tick's worth: its threads' stat and
+# schedstat are not read again, only their masks; but at least every this many samples
+# they are, so that a state (a thread blocked in D, woken but not yet run) is never
+# staler than that.
+QUIET_REREAD_EVERY = 5
 # States in which a thread is not on a run queue: sleeping (S) and idle kernel threads (I).
 _ASLEEP = frozenset({"S", "I"})
 
@@ -80,9 +90,12 @@ class _ProcessMemo:
     cmdline: str | None
     candidate: bool
     threads: dict[int, _ThreadMemo] = field(default_factory=dict)
+    cpu_ticks: int = -1  # the whole process's utime + stime at the last full read
+    quiet_ticks: int = 0  # samples since then that found it quiet
 
 
 GpuSource = Callable[[], tuple[GpuSample, ...]]
+T = TypeVar("T")
 
 
 class Sampler:
@@ -208,21 +221,27 @@ class Sampler:
         memo = self._memo_for(stat)
         status, cgroup_cpus = None, None
         if watched:  # others are only "what else runs where": their threads suffice
-            try:
-                status = self.proc.status(pid)
-                cgroup_cpus = cgroup_cpuset(self.root, pid, self._mounts)
-            except ParseError:
-                pass
+            # Each unknown on its own: a bad status must not also hide the cgroup.
+            status = _or_none(self.proc.status, pid)
+            cgroup_cpus = _or_none(cgroup_cpuset, self.root, pid, self._mounts)
         seen: dict[int, _ThreadMemo] = {}
         previous = memo.threads
+        cpu_ticks = stat.utime_ticks + stat.stime_ticks
+        quiet = cpu_ticks == memo.cpu_ticks and memo.quiet_ticks < QUIET_REREAD_EVERY and self.proc.live
         for tid in self.proc.tids(pid):
+            before = previous.get(tid)
             try:
-                thread = self._read_thread(pid, tid, previous.get(tid))
+                if quiet and before is not None:
+                    thread: _ThreadMemo | None = self._quiet_thread(pid, tid, before)
+                else:
+                    thread = self._read_thread(pid, tid, before)
             except ParseError:
                 thread = None
             if thread is not None:
                 seen[tid] = thread
         memo.threads = seen
+        memo.cpu_ticks = cpu_ticks
+        memo.quiet_ticks = memo.quiet_ticks + 1 if quiet else 0
         if not seen:
             return None  # exited while we read it
         threads = [seen[tid].sample for tid in sorted(seen)]
@@ -245,9 +264,23 @@ class Sampler:
             kernel=bool(stat.flags & PF_KTHREAD),
         )
 
-    def _read_thread(self, pid: int, tid: int, prev: _ThreadMemo | None) -> _ThreadMemo | None:
-        raw = self.proc.read_task(pid, tid, "schedstat")
+    def _quiet_thread(self, pid: int, tid: int, prev: _ThreadMemo) -> _ThreadMemo | None:
+        """A thread of a process that used less than one clock tick of CPU since the last
+        sample: only its mask is read again (one system call; a pin can change it without
+        the thread running)."""
         affinity = self.proc.affinity(pid, tid)
+        if affinity is None:
+            return None  # exited
+        if affinity == prev.sample.allowed_cpus:
+            return prev
+        return _ThreadMemo(prev.schedstat_raw, replace(prev.sample, allowed_cpus=affinity))
+
+    def _read_thread(self, pid: int, tid: int, prev: _ThreadMemo | None) -> _ThreadMemo | None:
+        """The thread's sample, or None when it is gone (or its ``stat``, which says who it
+        is, cannot be read). Any other file that is missing or unparsable is an unknown
+        field, not a missing thread."""
+        raw = self.proc.read_task(pid, tid, "schedstat")
+        affinity = _or_none(self.proc.affinity, pid, tid)
         if (
             prev is not None
             and raw is not None
@@ -261,7 +294,7 @@ class Sampler:
             if affinity == prev.sample.allowed_cpus:
                 return prev
             return _ThreadMemo(raw, replace(prev.sample, allowed_cpus=affinity))
-        schedstat = None if raw is None else parse_schedstat(raw.decode("ascii", "replace"))
+        schedstat = None if raw is None else _or_none(parse_schedstat, raw.decode("ascii", "replace"))
         stat = self.proc.stat(pid, tid)
         if stat is None:
             return None
@@ -273,9 +306,9 @@ class Sampler:
                 prev.sample.voluntary_switches, prev.sample.involuntary_switches, prev.sample.migrations
             )
         else:
-            counters = self.proc.sched(pid, tid)
+            counters = _or_none(self.proc.sched, pid, tid)
             if counters is None:
-                status = self.proc.status(pid, tid)
+                status = _or_none(self.proc.status, pid, tid)
                 if status is not None:
                     counters = SchedCounters(status.voluntary_switches, status.involuntary_switches, None)
         if schedstat is not None:
@@ -298,6 +331,14 @@ class Sampler:
             allowed_cpus=affinity,
         )
         return _ThreadMemo(raw, sample)
+
+
+def _or_none(read: Callable[..., T], *args: object) -> T | None:
+    """``read(*args)``, or None (unknown) when what it read cannot be parsed."""
+    try:
+        return read(*args)
+    except ParseError:
+        return None
 
 
 def descendants(roots: Iterable[int], parent_pairs: Iterable[tuple[int, int]]) -> set[int]:

@@ -115,7 +115,7 @@ def _online_cpus(root: str) -> CpuSet:
 def _cpu_info(root: str, cpu: int) -> _CpuInfo:
     base = f"{CPU_DIR}/cpu{cpu}"
     package_path = f"{base}/topology/physical_package_id"
-    package_text = read_line(root, package_path)
+    package_text = _value(root, package_path)
     package = -1 if package_text is None else _parse_int(package_text, package_path)
     siblings = _read_set(
         root,
@@ -131,7 +131,7 @@ def _cpu_info(root: str, cpu: int) -> _CpuInfo:
         cache = f"{base}/cache/{index}"
         if read_line(root, f"{cache}/type") not in _CACHE_TYPES:
             continue
-        level_text = read_line(root, f"{cache}/level")
+        level_text = _value(root, f"{cache}/level")
         shared = _read_set(root, f"{cache}/shared_cpu_list", f"{cache}/shared_cpu_map")
         if level_text is None or shared is None:
             continue
@@ -183,15 +183,15 @@ def _gpus(root: str) -> list[Gpu]:
     gpus = []
     for address in sorted(list_dir(root, PCI_DIR)):
         base = f"{PCI_DIR}/{address}"
-        class_text = read_line(root, f"{base}/class")
+        class_text = _value(root, f"{base}/class")
         if class_text is None:
             continue
         pci_class = _parse_int(class_text, f"{base}/class", base=16) >> 8
         if pci_class not in GPU_PCI_CLASSES:
             continue
-        vendor_text = read_line(root, f"{base}/vendor")
+        vendor_text = _value(root, f"{base}/vendor")
         if vendor_text is not None:
-            device_text = read_line(root, f"{base}/device")
+            device_text = _value(root, f"{base}/device")
             device = None if device_text is None else _parse_int(device_text, f"{base}/device", base=16)
             vendor = gpu_vendor(_parse_int(vendor_text, f"{base}/vendor", base=16), pci_class, device)
         else:
@@ -200,7 +200,7 @@ def _gpus(root: str) -> list[Gpu]:
             vendor = "nvidia" if address.lower() in nvidia_listed else None
         if vendor is None:
             continue
-        node_text = read_line(root, f"{base}/numa_node")
+        node_text = _value(root, f"{base}/numa_node")
         node = None if node_text is None else _parse_int(node_text, f"{base}/numa_node")
         gpus.append(
             Gpu(
@@ -217,12 +217,20 @@ def _read_set(root: str, *paths: str) -> CpuSet | None:
     """The first of ``paths`` that can be read: a ``*list`` file is a cpulist, any other a
     hex mask. None when none can be read."""
     for path in paths:
-        text = read_line(root, path)
+        is_list = path.endswith("list")
+        # An empty list is the empty set; an empty mask is no answer (the kernel writes
+        # zeros for an empty set), like a missing file.
+        text = read_line(root, path) if is_list else _value(root, path)
         if text is None:
             continue
-        parser = parse_cpulist if path.endswith("list") else parse_cpumask
-        return _parse(parser, text, path)
+        return _parse(parse_cpulist if is_list else parse_cpumask, text, path)
     return None
+
+
+def _value(root: str, path: str) -> str | None:
+    """A one-value file; None when it is missing, unreadable or empty (a recorded tree
+    can hold empty files where sysfs never has them: unknown, not a parse error)."""
+    return read_line(root, path) or None
 
 
 def _parse(parser: Callable[[str], CpuSet], text: str, path: str) -> CpuSet:

@@ -32,7 +32,7 @@ def parse_cpulist(text: str) -> CpuSet:
     text = text.strip()
     if not text:
         return EMPTY
-    cpus: set[int] = set()
+    value = 0  # bit n set: CPU n is in the list
     for part in text.split(","):
         part = part.strip()
         if not part:
@@ -48,14 +48,25 @@ def parse_cpulist(text: str) -> CpuSet:
         last = _parse_id(last_text, text) if dash else first
         if last < first:
             raise ParseError(f"descending range in cpulist {text!r}")
-        cpus.update(range(first, last + 1, stride))
-    return frozenset(cpus)
+        # One bit every ``stride`` bits, ``count`` times, in one big-integer expression:
+        # an item costs the same whatever its size. (Enumerating each range id by id
+        # made 10,000 copies of 0-65536 take 18 s.)
+        count = (last - first) // stride + 1
+        value |= ((1 << (count * stride)) - 1) // ((1 << stride) - 1) << first
+    return _bits(value)
+
+
+def _bits(value: int) -> CpuSet:
+    """The positions of the set bits of ``value``, in time linear in its length."""
+    return frozenset(i for i, digit in enumerate(reversed(bin(value)[2:])) if digit == "1")
 
 
 def _parse_id(item: str, whole: str) -> int:
     item = item.strip()
     if not item.isdigit() or not item.isascii():
         raise ParseError(f"not a CPU number: {item!r} in cpulist {whole!r}")
+    if len(item.lstrip("0")) > len(str(MAX_CPU_ID)):  # before int(): 5,000 digits raise ValueError
+        raise ParseError(f"CPU id {item[:20]}... too large in cpulist {whole[:60]!r}")
     value = int(item)
     if value > MAX_CPU_ID:
         raise ParseError(f"CPU id {value} too large in cpulist {whole!r}")
@@ -103,16 +114,11 @@ def parse_cpumask(text: str) -> CpuSet:
         if not word or len(word) > 8 or any(c not in "0123456789abcdefABCDEF" for c in word):
             raise ParseError(f"bad word {word!r} in CPU mask {text!r}")
         value = (value << 32) | int(word, 16)
-    if value.bit_length() > MAX_CPU_ID + 1:
-        raise ParseError(f"CPU mask {text[:40]!r}... too large")
-    cpus = []
-    bit = 0
-    while value:
-        if value & 1:
-            cpus.append(bit)
-        value >>= 1
-        bit += 1
-    return frozenset(cpus)
+        # Checked at every word, not once at the end: hwloc's elided zero words let a
+        # short file (``0x1`` and a million commas) grow the number without bound.
+        if value.bit_length() > MAX_CPU_ID + 1:
+            raise ParseError(f"CPU mask {text[:40]!r}... too large")
+    return _bits(value)
 
 
 def format_cpumask(cpus: Iterable[int]) -> str:

@@ -9,6 +9,7 @@ are kernel cpulists. Readers refuse other versions with a one-line ``ParseError`
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,67 @@ def _set(value: Any) -> CpuSet | None:
     return parse_cpulist(value)
 
 
+# Readers of one JSON value each: the value as written, or a ParseError. Nothing is
+# converted (``int("7")``, ``bool("no")``, ``int(1.5)`` and ``int(Infinity)`` would make up
+# a value or raise something else), so a sample read is exactly what the file says, with
+# the types ``Sample`` declares: a hand-edited or damaged file cannot crash the rates,
+# the rules or the monitor later on.
+
+
+def _int(value: Any, what: str) -> int:
+    if type(value) is not int:  # bool is a subclass of int; 1.0 is not a count
+        raise ParseError(f"{what}: expected a whole number, got {_kind(value)}")
+    return value
+
+
+def _opt_int(value: Any, what: str) -> int | None:
+    return None if value is None else _int(value, what)
+
+
+def _float(value: Any, what: str) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise ParseError(f"{what}: expected a finite number, got {_kind(value)}")
+    return float(value)
+
+
+def _opt_float(value: Any, what: str) -> float | None:
+    return None if value is None else _float(value, what)
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ParseError(f"{what}: expected text, got {_kind(value)}")
+    return value
+
+
+def _opt_str(value: Any, what: str) -> str | None:
+    return None if value is None else _str(value, what)
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ParseError(f"{what}: expected true or false, got {_kind(value)}")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ParseError(f"{what}: expected a list, got {_kind(value)}")
+    return value
+
+
+def _dict(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ParseError(f"{what}: expected an object, got {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return "null" if value is None else type(value).__name__
+
+
 def topology_to_json(t: Topology) -> dict[str, Any]:
     """Everything a Topology holds (``Topology.to_json`` is the shorter public shape)."""
     data = t.to_json()
@@ -41,15 +103,31 @@ def topology_to_json(t: Topology) -> dict[str, Any]:
 
 
 def topology_from_json(d: dict[str, Any]) -> Topology:
+    d = _dict(d, "topology")
+
+    def items(key: str) -> list[dict[str, Any]]:
+        return [_dict(item, key) for item in _list(d[key], key)]
+
     return Topology.build(
-        source=str(d["source"]),
+        source=_str(d["source"], "source"),
         online_cpus=_set(d["online_cpus"]) or (),
         allowed_cpus=_set(d["allowed_cpus"]) or (),
-        numa_nodes=[NumaNode(int(n["id"]), _set(n["cpus"]) or frozenset()) for n in d["numa_nodes"]],
-        packages=[Package(int(p["id"]), _set(p["cpus"]) or frozenset()) for p in d["packages"]],
-        cores=[Core(int(c["package"]), _set(c["cpus"]) or frozenset()) for c in d["cores"]],
-        l3_groups=[CacheGroup(int(g.get("level", 3)), _set(g["cpus"]) or frozenset()) for g in d["l3_groups"]],
-        gpus=[Gpu(str(g["pci_bus_id"]), str(g["vendor"]), g["numa_node"], _set(g["local_cpus"])) for g in d["gpus"]],
+        numa_nodes=[NumaNode(_int(n["id"], "node id"), _set(n["cpus"]) or frozenset()) for n in items("numa_nodes")],
+        packages=[Package(_int(p["id"], "package id"), _set(p["cpus"]) or frozenset()) for p in items("packages")],
+        cores=[Core(_int(c["package"], "core package"), _set(c["cpus"]) or frozenset()) for c in items("cores")],
+        l3_groups=[
+            CacheGroup(_int(g.get("level", 3), "cache level"), _set(g["cpus"]) or frozenset())
+            for g in items("l3_groups")
+        ],
+        gpus=[
+            Gpu(
+                _str(g["pci_bus_id"], "pci_bus_id"),
+                _str(g["vendor"], "vendor"),
+                _opt_int(g["numa_node"], "numa_node"),
+                _set(g["local_cpus"]),
+            )
+            for g in items("gpus")
+        ],
     )
 
 
@@ -74,10 +152,17 @@ def thread_to_json(t: ThreadSample) -> list[Any]:
     return [getattr(t, name) for name in _THREAD_FIELDS] + [_cpus(t.allowed_cpus)]
 
 
+# How each of ``_THREAD_FIELDS`` is read.
+_THREAD_READERS = (_int, _int, _str, _str, *[_opt_int] * 8)
+
+
 def thread_from_json(row: list[Any]) -> ThreadSample:
+    row = _list(row, "thread row")
     if len(row) != len(_THREAD_FIELDS) + 1:
         raise ParseError(f"thread row has {len(row)} fields, expected {len(_THREAD_FIELDS) + 1}")
-    values = dict(zip(_THREAD_FIELDS, row, strict=False))
+    values: dict[str, Any] = {
+        name: read(value, name) for name, read, value in zip(_THREAD_FIELDS, _THREAD_READERS, row, strict=False)
+    }
     return ThreadSample(**values, allowed_cpus=_set(row[-1]))
 
 
@@ -102,22 +187,23 @@ def process_to_json(p: ProcessSample) -> dict[str, Any]:
 
 
 def process_from_json(d: dict[str, Any]) -> ProcessSample:
+    d = _dict(d, "process")
     return ProcessSample(
-        pid=int(d["pid"]),
-        start_ticks=int(d["start_ticks"]),
-        ppid=d["ppid"],
-        name=str(d["name"]),
-        uid=d["uid"],
-        user=d["user"],
-        cmdline=d["cmdline"],
+        pid=_int(d["pid"], "pid"),
+        start_ticks=_int(d["start_ticks"], "start_ticks"),
+        ppid=_opt_int(d["ppid"], "ppid"),
+        name=_str(d["name"], "name"),
+        uid=_opt_int(d["uid"], "uid"),
+        user=_opt_str(d["user"], "user"),
+        cmdline=_opt_str(d["cmdline"], "cmdline"),
         mems_allowed=_set(d["mems_allowed"]),
         cgroup_cpus=_set(d["cgroup_cpus"]),
-        threads=tuple(thread_from_json(r) for r in d["threads"]),
-        gpu_indices=tuple(int(i) for i in d["gpu_indices"]),
-        gpu_memory_bytes=d["gpu_memory_bytes"],
-        watched=bool(d["watched"]),
-        training=bool(d["training"]),
-        kernel=bool(d["kernel"]),
+        threads=tuple(thread_from_json(r) for r in _list(d["threads"], "threads")),
+        gpu_indices=tuple(_int(i, "gpu_indices") for i in _list(d["gpu_indices"], "gpu_indices")),
+        gpu_memory_bytes=_opt_int(d["gpu_memory_bytes"], "gpu_memory_bytes"),
+        watched=_bool(d["watched"], "watched"),
+        training=_bool(d["training"], "training"),
+        kernel=_bool(d["kernel"], "kernel"),
     )
 
 
@@ -149,14 +235,31 @@ def gpu_to_json(g: GpuSample) -> dict[str, Any]:
     return data
 
 
+# How each of ``_GPU_SCALARS`` is read.
+_GPU_READERS = (
+    _int,
+    *[_opt_str] * 3,
+    *[_opt_int] * 6,
+    *[_opt_float] * 3,
+    *[_opt_int] * 2,
+    _bool,
+)
+
+
 def gpu_from_json(d: dict[str, Any]) -> GpuSample:
-    values = {name: d[name] for name in _GPU_SCALARS}
-    gen, width, max_gen, max_width = d["pcie_link"]
-    return GpuSample(
-        **values,
-        pcie_link=PcieLink(gen, width, max_gen, max_width),
-        processes=tuple(GpuProcess(int(pid), mem) for pid, mem in d["processes"]),
-    )
+    d = _dict(d, "gpu")
+    values: dict[str, Any] = {name: read(d[name], name) for name, read in zip(_GPU_SCALARS, _GPU_READERS, strict=True)}
+    link = _list(d["pcie_link"], "pcie_link")
+    if len(link) != 4:
+        raise ParseError(f"pcie_link has {len(link)} fields, expected 4")
+    gen, width, max_gen, max_width = (_opt_int(v, "pcie_link") for v in link)
+    processes = []
+    for item in _list(d["processes"], "gpu processes"):
+        pair = _list(item, "gpu process")
+        if len(pair) != 2:
+            raise ParseError(f"gpu process has {len(pair)} fields, expected 2")
+        processes.append(GpuProcess(_int(pair[0], "gpu process pid"), _opt_int(pair[1], "gpu process memory")))
+    return GpuSample(**values, pcie_link=PcieLink(gen, width, max_gen, max_width), processes=tuple(processes))
 
 
 def sample_to_json(s: Sample) -> dict[str, Any]:
@@ -170,12 +273,13 @@ def sample_to_json(s: Sample) -> dict[str, Any]:
 
 
 def sample_from_json(d: dict[str, Any]) -> Sample:
+    d = _dict(d, "sample")
     return Sample(
-        monotonic_s=float(d["monotonic_s"]),
-        wall_time_s=float(d["wall_time_s"]),
-        duration_s=float(d["duration_s"]),
-        processes=tuple(process_from_json(p) for p in d["processes"]),
-        gpus=tuple(gpu_from_json(g) for g in d["gpus"]),
+        monotonic_s=_float(d["monotonic_s"], "monotonic_s"),
+        wall_time_s=_float(d["wall_time_s"], "wall_time_s"),
+        duration_s=_float(d["duration_s"], "duration_s"),
+        processes=tuple(process_from_json(p) for p in _list(d["processes"], "processes")),
+        gpus=tuple(gpu_from_json(g) for g in _list(d["gpus"], "gpus")),
     )
 
 
@@ -212,17 +316,21 @@ def read_recording(lines: Iterable[str], name: str = "recording") -> tuple[Heade
         raise ParseError(f"{name}: empty file, not an affmon recording") from None
     try:
         head = json.loads(first)
-        version = head.get("affmon_recording") if isinstance(head, dict) else None
-        if version is None:
-            raise ParseError(f"{name}: not an affmon recording (no header line)")
-        if version != FORMAT_VERSION:
-            raise ParseError(f"{name}: recording format {version!r}, this affmon reads {FORMAT_VERSION}")
+    except (ValueError, RecursionError) as exc:  # RecursionError: lists nested thousands deep
+        raise ParseError(f"{name}: bad header line: {exc}") from None
+    version = head.get("affmon_recording") if isinstance(head, dict) else None
+    if version is None:
+        raise ParseError(f"{name}: not an affmon recording (no header line)")
+    if version != FORMAT_VERSION:
+        raise ParseError(f"{name}: recording format {version!r}, this affmon reads {FORMAT_VERSION}")
+    try:
         header = Header(
-            topology_from_json(head["topology"]), head.get("host"), head.get("nvml"), head.get("interval_s")
+            topology_from_json(head["topology"]),
+            _opt_str(head.get("host"), "host"),
+            _opt_str(head.get("nvml"), "nvml"),
+            _opt_float(head.get("interval_s"), "interval_s"),
         )
-    except ParseError:
-        raise
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ParseError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ParseError(f"{name}: bad header line: {exc}") from None
 
     def samples() -> Iterator[Sample]:
@@ -233,7 +341,7 @@ def read_recording(lines: Iterable[str], name: str = "recording") -> tuple[Heade
                 yield sample_from_json(json.loads(line)["sample"])
             except ParseError as exc:
                 raise ParseError(f"{name}, line {number}: {exc}") from None
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, RecursionError) as exc:
                 raise ParseError(f"{name}, line {number}: bad sample: {exc}") from None
 
     return header, samples()

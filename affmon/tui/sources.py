@@ -146,7 +146,7 @@ class ReplaySource:
             return sample_from_json(json.loads(self._lines[index])["sample"])
         except ParseError as exc:
             raise ParseError(f"{self._name}, line {index + 2}: {exc}") from None
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise ParseError(f"{self._name}, line {index + 2}: bad sample: {exc}") from None
 
     def next_sample(self) -> Sample | None:

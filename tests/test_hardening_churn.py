@@ -1,0 +1,145 @@
+"""Churn and long runs (issue 7). First, for 20 s, ``tests/churn.py`` starts and ends hundreds of
+processes and threads a second while the sampler (every process, ``others=True``, with a
+fake NVML that puts a workload on a GPU) and the diagnosis (``evaluate`` and the
+``FindingTracker``, suggestions, the JSON report) run every 0.2 s, as the monitor does.
+
+No exception; no file descriptor left open; the sampler's caches hold only processes
+that still exist (they would otherwise grow by the ~10,000 PIDs the churn uses up), and
+the Python heap does not grow after the first seconds. Then a long recording replayed
+through the reader and the diagnosis as fast as it parses: the heap stays flat.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+from affmon.collect.sampler import Sampler, Selection
+from affmon.collect.sysfs_topology import read_topology
+from affmon.core.advice import attach_suggestions
+from affmon.core.findings import Context, FindingTracker, evaluate
+from affmon.core.rates import make_snapshot
+from affmon.core.recording import read_recording
+from affmon.core.report import snapshot_json
+from affmon.nvml import NvmlGateway
+from tests.fake_pynvml import FakeGpu, FakeNvml
+from tests.live import workload
+
+CHURN = Path(__file__).parent / "churn.py"
+SECONDS = 20.0
+TICK_S = 0.2
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_sampler_and_diagnosis_under_churn() -> None:
+    topology = read_topology("/")
+    with workload("--busy", "1", "--sleepers", "2") as job:
+        gpu = FakeGpu(pids=[(job["pid"], 4 << 30)])
+        gateway = NvmlGateway(module=FakeNvml([gpu]), pcie_window_s=0.0)
+        assert gateway.open()
+        sampler = Sampler("/", Selection(others=True), gpu_source=gateway)
+        listed: list[int] = []  # the PIDs the sampler's last /proc listing found
+        list_pids = sampler.proc.pids
+
+        def recording_pids() -> list[int]:
+            listed[:] = list_pids()
+            return list(listed)
+
+        sampler.proc.pids = recording_pids  # type: ignore[method-assign]
+        previous = sampler.sample()
+        churn = subprocess.Popen(
+            [sys.executable, str(CHURN), str(SECONDS), "4"], stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+        try:
+            assert churn.stdout is not None
+            json.loads(churn.stdout.readline())
+            fds_before = open_fds()
+            tracker = FindingTracker()
+            ticks = 0
+            most_memo = 0
+            most_threads_memo = 0
+            heap_at_5s = None
+            started = time.monotonic()
+            tracemalloc.start()
+            try:
+                while time.monotonic() - started < SECONDS:
+                    time.sleep(TICK_S)
+                    current = sampler.sample()
+                    snap = make_snapshot(previous, current, topology)
+                    findings = evaluate(snap, Context(topology))
+                    tracker = tracker.update(findings)
+                    attach_suggestions(tracker.active, snap)
+                    json.dumps(snapshot_json(snap, gateway.status))
+                    previous = current
+                    ticks += 1
+                    # The caches hold what exists, never the dead: every PID in them was
+                    # listed by this very sample.
+                    assert set(sampler._memo) <= set(listed)
+                    most_memo = max(most_memo, len(sampler._memo))
+                    most_threads_memo = max(most_threads_memo, sum(len(m.threads) for m in sampler._memo.values()))
+                    assert any(p.pid == job["pid"] and p.gpu_indices == (0,) for p in current.processes)
+                    if heap_at_5s is None and time.monotonic() - started >= 5:
+                        heap_at_5s = tracemalloc.get_traced_memory()[0]
+                heap_at_end = tracemalloc.get_traced_memory()[0]
+            finally:
+                tracemalloc.stop()
+            fds_after = open_fds()
+            summary = json.loads(churn.stdout.readline())
+        finally:
+            if churn.poll() is None:
+                os.killpg(churn.pid, 9)
+            churn.wait()
+            if churn.stdout is not None:
+                churn.stdout.close()
+            gateway.close()
+    made = summary["processes"] + summary["threads"]
+    assert made / summary["seconds"] >= 200, summary  # hundreds of tasks a second
+    assert ticks >= SECONDS / TICK_S * 0.6, ticks  # the loop kept its pace under load
+    assert fds_after == fds_before
+    assert most_memo < 200 and most_threads_memo < 400, (most_memo, most_threads_memo)
+    assert heap_at_5s is not None
+    assert heap_at_end - heap_at_5s < 2 << 20, (heap_at_5s, heap_at_end)  # < 2 MiB in 15 s
+
+
+RECORDING = Path(__file__).parent / "fixtures" / "recordings" / "hogs.jsonl.gz"
+_STAMP = re.compile(r'^\{"sample":\{"monotonic_s":([0-9.eE+-]+),')
+
+
+def long_recording(samples: int) -> Iterator[str]:
+    """The hogs recording's samples over and over, re-stamped one interval apart: a
+    recording of ``samples`` ticks, made line by line (never all in memory)."""
+    with gzip.open(RECORDING, "rt", encoding="utf-8") as f:
+        header, *lines = f.read().splitlines()
+    yield header
+    for n in range(samples):
+        line = lines[n % len(lines)]
+        yield _STAMP.sub(f'{{"sample":{{"monotonic_s":{1000.0 + n:.1f},', line, count=1)
+
+
+def test_a_long_recording_replayed_at_full_speed_keeps_memory_flat() -> None:
+    """The reader is lazy and the diagnosis keeps nothing per tick: replaying 300 ticks of
+    a 300-thread machine as fast as they parse, the number of live Python objects at the
+    end is what it was after the first 100 (keeping one tick's sample would add ~2,000).
+    (The monitor's own history buffers are the TUI's tests' business.)"""
+    header, samples = read_recording(long_recording(300), "long.jsonl")
+    tracker = FindingTracker()
+    previous = next(samples)
+    for n, current in enumerate(samples, start=1):
+        snap = make_snapshot(previous, current, header.topology)
+        tracker = tracker.update(evaluate(snap, Context(header.topology)))
+        previous = current
+        if n == 100:
+            blocks_at_100 = sys.getallocatedblocks()
+    assert n == 299 and tracker.active  # the hogs are found, tick after tick
+    assert sys.getallocatedblocks() - blocks_at_100 < 5_000
