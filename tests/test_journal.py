@@ -237,3 +237,17 @@ def test_updating_an_entry_that_is_not_there_is_an_error(tmp_path: Path) -> None
     assert journal.get(ghost.id).state == "undone"
     with pytest.raises(JournalError, match="no entry nope"):
         journal.get("nope")
+
+
+def test_pinned_masks_never_stop_a_view(tmp_path, monkeypatch):
+    from affmon.actions.journal import pinned_masks
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert pinned_masks() == {}  # no journal yet
+    (tmp_path / "affmon").mkdir()
+    (tmp_path / "affmon" / "journal.jsonl").write_text("{not json\n")
+    assert pinned_masks() == {}  # damaged: `affmon undo` is where it is reported
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.setattr("pathlib.Path.home", lambda: (_ for _ in ()).throw(RuntimeError("no home")))
+    assert pinned_masks() == {}

@@ -194,6 +194,17 @@ class Journal:
                     os.unlink(tmp)
 
 
+def pinned_masks() -> dict[int, CpuSet]:
+    """``expected_masks`` of the default journal, for the views that watch for drift
+    (diagnose, the monitor, the exporter): empty when there is none, and when it cannot
+    be read, since a damaged journal must not stop them (``affmon undo`` reports it)."""
+    try:
+        path = default_journal_path()
+        return expected_masks(Journal(path)) if path.exists() else {}
+    except (AffmonError, OSError, RuntimeError):  # damaged, unreadable, or no home directory
+        return {}
+
+
 def expected_masks(journal: Journal) -> dict[int, CpuSet]:
     """PID -> the CPUs affmon pinned it to and has not undone (the newest applied pin of
     each process wins), for a rule that reports a pin lost behind affmon's back.

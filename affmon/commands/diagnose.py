@@ -7,26 +7,13 @@ import itertools
 import json
 import time
 
+from affmon.actions.journal import pinned_masks
 from affmon.collect.sampler import Selection
 from affmon.commands.common import live_sources
 from affmon.core.advice import attach_suggestions
 from affmon.core.cpuset import CpuSet
-from affmon.core.errors import AffmonError
 from affmon.core.findings import Context, Finding, FindingTracker, Severity, exit_status, find_jobs
 from affmon.core.rates import Snapshot, make_snapshot
-
-
-def expected_masks() -> dict[int, CpuSet]:
-    """What affmon pinned and has not undone, from the journal (empty when none)."""
-    from affmon.actions.journal import Journal, default_journal_path, expected_masks
-
-    path = default_journal_path()
-    if not path.exists():
-        return {}
-    try:
-        return expected_masks(Journal(path))
-    except AffmonError:
-        return {}  # a damaged journal must not stop a diagnosis; `affmon undo` reports it
 
 
 def diagnose(snapshots: list[Snapshot], masks: dict[int, CpuSet]) -> list[Finding]:
@@ -78,7 +65,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             time.sleep(args.interval)
             samples.append(src.sampler.sample())
     snapshots = [make_snapshot(a, b, src.topology) for a, b in itertools.pairwise(samples)]
-    findings = diagnose(snapshots, expected_masks())
+    findings = diagnose(snapshots, pinned_masks())
     if args.json:
         print(json.dumps({"findings": [f.to_json() for f in findings], "nvml": src.nvml_status}, indent=2))
     else:

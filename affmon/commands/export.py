@@ -15,10 +15,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Mapping
 from typing import Any
-
-from affmon.core.cpuset import CpuSet
 
 DEFAULT_LISTEN = "127.0.0.1:9808"
 _LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", re.IGNORECASE | re.ASCII)
@@ -72,17 +69,8 @@ def add_export_parser(subparsers: argparse._SubParsersAction[Any]) -> argparse.A
     return export
 
 
-def _journal_masks() -> Mapping[int, CpuSet]:
-    """What affmon pinned (for AFFINITY_DRIFT); nothing when there is no readable journal."""
-    from affmon.commands.diagnose import expected_masks
-
-    try:
-        return expected_masks()
-    except (OSError, RuntimeError):  # no home directory for the journal, unreadable file
-        return {}
-
-
 def cmd_export(args: argparse.Namespace) -> int:
+    from affmon.actions.journal import pinned_masks
     from affmon.collect.sampler import Selection
     from affmon.commands.common import live_sources
     from affmon.export.service import Exporter, format_address
@@ -95,7 +83,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             interval_s=args.interval,
             threads=args.threads,
             nvml_available=src.gateway is not None and src.gateway.available,
-            expected_masks=_journal_masks,
+            expected_masks=pinned_masks,
         )
         bound = exporter.listen(host, port)
         stop = threading.Event()

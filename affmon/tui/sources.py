@@ -82,15 +82,9 @@ class LiveSource:
         return self.interval_s
 
     def expected_masks(self) -> Mapping[int, CpuSet]:
-        from affmon.actions.journal import Journal, default_journal_path, expected_masks
+        from affmon.actions.journal import pinned_masks
 
-        path = default_journal_path()
-        if not path.exists():
-            return {}
-        try:
-            return expected_masks(Journal(path))
-        except AffmonError:
-            return {}  # a damaged journal must not stop the monitor; `affmon undo` reports it
+        return pinned_masks()
 
     def close(self) -> None:
         if self.gateway is not None:
