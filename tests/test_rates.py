@@ -99,3 +99,13 @@ def test_new_process_and_pid_reuse_have_no_rates():
 def test_samples_out_of_order_are_refused():
     with pytest.raises(ValueError):
         make_snapshot(sample(2.0), sample(2.0), TOPO)
+
+
+@pytest.mark.parametrize("mig", [3, None])
+def test_the_same_sample_twice_gives_what_the_general_path_gives(mig):
+    import dataclasses
+
+    same = thread(cpu=500, wait=70, vcs=4, ics=2, mig=mig)
+    copy = dataclasses.replace(same)  # equal, but not the same object: the general path
+    assert copy is not same
+    assert thread_rates(same, same, 1.0) == thread_rates(same, copy, 1.0)

@@ -96,9 +96,26 @@ def _per_s(delta: int | None, seconds: float) -> float | None:
     return None if delta is None else delta / seconds
 
 
+def _zero(value: int | None) -> float | None:
+    return None if value is None else 0.0
+
+
 def thread_rates(cur: ThreadSample, prev: ThreadSample | None, seconds: float) -> ThreadRates:
     if prev is None or prev.start_ticks != cur.start_ticks:
         return ThreadRates(cur, None, None, None, None, None, None, None)
+    if cur is prev:
+        # The sampler hands back the same sample for a thread that was not scheduled
+        # (most threads, most ticks): every counter moved by zero.
+        return ThreadRates(
+            cur,
+            _zero(cur.cpu_ns),
+            None,
+            _zero(cur.voluntary_switches),
+            _zero(cur.involuntary_switches),
+            _zero(cur.migrations),
+            None if cur.cpu_ns is None else 0,
+            None if cur.wait_ns is None else 0,
+        )
     run = _delta(cur.cpu_ns, prev.cpu_ns)
     wait = _delta(cur.wait_ns, prev.wait_ns)
     ratio = None if run is None or wait is None or run + wait == 0 else wait / (run + wait)
