@@ -34,10 +34,15 @@ class LiveSources:
     nvml_status: str | None
     host: str
 
+    def close(self) -> None:
+        if self.gateway is not None:
+            self.gateway.close()
+            self.gateway = None
 
-@contextmanager
-def live_sources(selection: Selection, root: str = "/") -> Iterator[LiveSources]:
-    """Topology, NVML (only for the live machine) and a sampler; NVML is closed after."""
+
+def open_live_sources(selection: Selection, root: str = "/") -> LiveSources:
+    """Topology, NVML (only for the live machine) and a sampler over them; the caller
+    closes them. A ``--pid`` that does not exist raises, with NVML already closed."""
     topology = load_topology(root)
     gateway = None
     status = None
@@ -45,10 +50,20 @@ def live_sources(selection: Selection, root: str = "/") -> Iterator[LiveSources]
         gateway = NvmlGateway()
         gateway.open()
         status = gateway.status
-    sampler = Sampler(root, selection, gpu_source=gateway)
+    sources = LiveSources(topology, Sampler(root, selection, gpu_source=gateway), gateway, status, socket.gethostname())
     try:
-        sampler.check_pids()
-        yield LiveSources(topology, sampler, gateway, status, socket.gethostname())
+        sources.sampler.check_pids()
+    except BaseException:
+        sources.close()
+        raise
+    return sources
+
+
+@contextmanager
+def live_sources(selection: Selection, root: str = "/") -> Iterator[LiveSources]:
+    """``open_live_sources`` for a ``with`` block: NVML is closed after."""
+    sources = open_live_sources(selection, root)
+    try:
+        yield sources
     finally:
-        if gateway is not None:
-            gateway.close()
+        sources.close()

@@ -12,12 +12,11 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import socket
 from collections.abc import Mapping
 from typing import Protocol
 
 from affmon.core.cpuset import CpuSet
-from affmon.core.errors import AffmonError, ParseError, SourceError
+from affmon.core.errors import ParseError, SourceError
 from affmon.core.monitor import SourceInfo
 from affmon.core.recording import Header, read_recording, sample_from_json
 from affmon.core.samples import Sample
@@ -51,25 +50,14 @@ class LiveSource:
     descendants), every thread of them, and NVML when there is one."""
 
     def __init__(self, pids: tuple[int, ...] = (), interval_s: float = 1.0, root: str = "/") -> None:
-        from affmon.collect.sampler import Sampler, Selection
-        from affmon.commands.common import load_topology
-        from affmon.nvml import NvmlGateway
+        from affmon.collect.sampler import Selection
+        from affmon.commands.common import open_live_sources
 
-        self.topology = load_topology(root)
+        self._sources = open_live_sources(Selection(pids=pids, others=True), root)
+        self.topology = self._sources.topology
+        self.sampler = self._sources.sampler
         self.interval_s = interval_s
-        self.gateway: NvmlGateway | None = None
-        status = None
-        if root == "/":
-            self.gateway = NvmlGateway()
-            self.gateway.open()
-            status = self.gateway.status
-        self.sampler = Sampler(root, Selection(pids=pids, others=True), gpu_source=self.gateway)
-        try:
-            self.sampler.check_pids()
-        except AffmonError:
-            self.close()
-            raise
-        self.info = SourceInfo(socket.gethostname(), status, interval_s, "live")
+        self.info = SourceInfo(self._sources.host, self._sources.nvml_status, interval_s, "live")
 
     def next_sample(self) -> Sample:
         return self.sampler.sample()
@@ -87,9 +75,7 @@ class LiveSource:
         return pinned_masks()
 
     def close(self) -> None:
-        if self.gateway is not None:
-            self.gateway.close()
-            self.gateway = None
+        self._sources.close()
 
 
 def read_lines(path: str) -> list[str]:
