@@ -30,6 +30,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -147,6 +148,26 @@ def plant(scenario: str, out: Path, seconds: float) -> tuple[list[Job], list[sub
     raise SystemExit(f"unknown scenario {scenario}")
 
 
+def fix(pid: int, findings: list[dict[str, Any]], log: Path) -> str:
+    """Apply affmon's own fix to a job with warn/bad ``findings``, as its advice says:
+    ``pin PID --suggest --with-children``, plus ``--isolate`` when the suggestion lists
+    processes to move off. Returns what was done, in words; the JSON answer goes to ``log``."""
+    suggestion = next((f["suggestion"] for f in findings if f.get("suggestion")), None)
+    args = ["pin", str(pid), "--suggest", "--with-children", "--json"]
+    if suggestion and suggestion.get("move_off"):
+        args.insert(4, "--isolate")
+    pinned = affmon(*args)
+    log.write_text(pinned.stdout + pinned.stderr)
+    result = json.loads(pinned.stdout) if pinned.stdout.strip() else {}
+    flags = " ".join(a for a in args[2:] if a.startswith("--") and a != "--json")
+    moved = len([t for t in result.get("threads", []) if t["status"] == "moved"])
+    return (
+        f"pin {flags} -> {result.get('cpus', '?')}"
+        + (f", moved {moved} threads off" if moved else "")
+        + ("" if result.get("ok") else f" FAILED: {result.get('error') or pinned.stderr.strip()}")
+    )
+
+
 def run(scenario: str, out: Path, window: float) -> Result:
     jobs, others = plant(scenario, out, seconds=4 * window + 60)
     try:
@@ -162,22 +183,8 @@ def run(scenario: str, out: Path, window: float) -> Result:
         actions: list[str] = []
         for job in jobs:
             mine = [f for f in bad if f["pid"] == job.pid]
-            if not mine:
-                continue
-            suggestion = next((f["suggestion"] for f in mine if f.get("suggestion")), None)
-            args = ["pin", str(job.pid), "--suggest", "--with-children", "--json"]
-            if suggestion and suggestion.get("move_off"):
-                args.insert(4, "--isolate")
-            pinned = affmon(*args)
-            (out / f"{scenario}.{job.name}.pin.json").write_text(pinned.stdout + pinned.stderr)
-            result = json.loads(pinned.stdout) if pinned.stdout.strip() else {}
-            flags = " ".join(a for a in args[2:] if a.startswith("--") and a != "--json")
-            moved = len([t for t in result.get("threads", []) if t["status"] == "moved"])
-            actions.append(
-                f"{job.name}: pin {flags} -> {result.get('cpus', '?')}"
-                + (f", moved {moved} threads off" if moved else "")
-                + ("" if result.get("ok") else f" FAILED: {result.get('error') or pinned.stderr.strip()}")
-            )
+            if mine:
+                actions.append(f"{job.name}: " + fix(job.pid, mine, out / f"{scenario}.{job.name}.pin.json"))
         after = measure(jobs, window) if actions else before
         per_job = {j.name: (before[j.name], after[j.name]) for j in jobs}
         total_before, total_after = sum(before.values()), sum(after.values())

@@ -212,7 +212,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
 # -- exec ----------------------------------------------------------------------------
 
 
-def _gpu_from_env() -> tuple[str, int]:
+def gpu_from_env() -> tuple[str, int]:
     """(the CUDA_VISIBLE_DEVICES entry or index this rank uses, local rank)."""
     local = os.environ.get("LOCAL_RANK")
     if local is None or not local.isdigit():
@@ -227,7 +227,7 @@ def _gpu_from_env() -> tuple[str, int]:
     return entries[rank], rank
 
 
-def _bus_id_for(entry: str, topology: Topology, use_nvml: bool) -> str:
+def bus_id_for(entry: str, topology: Topology, use_nvml: bool) -> str:
     """The PCI bus id of a GPU given as an NVML index or a UUID (NVML answers for the live
     machine; without it, or for a recorded tree, NVIDIA GPUs count in PCI bus order)."""
     from affmon.nvml import NvmlGateway
@@ -256,11 +256,11 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise AffmonError("exec needs a command after --, e.g. affmon exec --gpu 0 -- python train.py")
     topology = load_topology(args.root)
     if args.from_env:
-        entry, local_rank = _gpu_from_env()
+        entry, local_rank = gpu_from_env()
         rank = local_rank % args.ranks_per_gpu
     else:
         entry, rank = str(args.gpu), 0
-    bus_id = _bus_id_for(entry, topology, use_nvml=args.root is None)
+    bus_id = bus_id_for(entry, topology, use_nvml=args.root is None)
     plan = plan_machine(topology, args.ranks_per_gpu)
     mine = next((p for p in plan.plans if p.pci_bus_id == bus_id and p.rank == rank), None)
     if mine is None or not mine.cpus:
