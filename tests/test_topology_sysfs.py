@@ -52,6 +52,9 @@ TREES = {
     "sparse": "hwloc-sysfs__48amd64-4pa2n6c-sparse",
     "gb10": "hwloc-sysfs__nvidia-dgx-gb10",
     "gpunuma": "hwloc-sysfs__nvidiagpunumanodes",
+    # gathered by affmon's team on the lent GPU machines (tests/test_multi_gpu.py)
+    "h200x2": "affmon-sysfs__h200x2-vm",
+    "h200x4": "affmon-sysfs__h200x4-vm",
 }
 
 # Independent of affmon's own tables: PCI display classes of GPUs, and GPU vendors.
