@@ -11,10 +11,11 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NoReturn
 
 from affmon import __version__
+from affmon.commands.argtypes import count, pid, seconds, speed
 from affmon.core.errors import AffmonError
 
 EXIT_USAGE = 2
@@ -41,41 +42,6 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value > 3600:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 3600 seconds: {text!r}")
-    return value
-
-
-def _count(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        if not text.isdigit() or not low <= int(text) <= high:
-            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}: {text!r}")
-        return int(text)
-
-    return parse
-
-
-def _pid(text: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"not a process id: {text!r}")
-    return int(text)
-
-
-def _speed(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.01 <= value <= 1000:
-        raise argparse.ArgumentTypeError(f"must be between 0.01 and 1000: {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="affmon",
@@ -86,14 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     # The monitor's options. Their dests differ from the subcommands' (which set their
     # own defaults into the same namespace).
     parser.add_argument(
-        "--pid", dest="tui_pid", type=_pid, action="append", default=[], help="watch PID and its descendants"
+        "--pid", dest="tui_pid", type=pid, action="append", default=[], help="watch PID and its descendants"
     )
-    parser.add_argument("--interval", dest="tui_interval", type=_seconds, default=1.0, metavar="SECONDS")
+    parser.add_argument("--interval", dest="tui_interval", type=seconds, default=1.0, metavar="SECONDS")
     parser.add_argument("--replay", metavar="FILE", help="replay a recording (affmon record; .gz too)")
     parser.add_argument(
         "--demo", action="store_true", help="replay a real run recorded on an H200 (a job starved by CPU hogs, fixed)"
     )
-    parser.add_argument("--speed", type=_speed, default=1.0, metavar="X", help="replay at X times the recorded pace")
+    parser.add_argument("--speed", type=speed, default=1.0, metavar="X", help="replay at X times the recorded pace")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     topo = sub.add_parser("topology", help="the machine's CPUs, cores, caches, NUMA nodes and GPUs")
@@ -103,56 +69,56 @@ def build_parser() -> argparse.ArgumentParser:
     topo.add_argument("--json", action="store_true", help="print JSON")
 
     snap = sub.add_parser("snapshot", help="two samples of the watched processes' threads, as rates")
-    snap.add_argument("--pid", type=_pid, action="append", default=[], help="watch PID and its descendants")
+    snap.add_argument("--pid", type=pid, action="append", default=[], help="watch PID and its descendants")
     snap.add_argument("--all", action="store_true", help="watch every process, not only training ones")
-    snap.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS")
+    snap.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS")
     snap.add_argument("--root", metavar="DIR", help="read /proc and /sys under DIR")
     snap.add_argument("--no-threads", action="store_true", help="text output: processes only")
     snap.add_argument("--json", action="store_true", help="print JSON")
 
     rec = sub.add_parser("record", help="write samples as JSON lines, to share or replay a run")
     rec.add_argument("file", metavar="FILE", help="where to write ('-' for standard output)")
-    rec.add_argument("--duration", type=_seconds, default=10.0, metavar="SECONDS")
-    rec.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS")
-    rec.add_argument("--pid", type=_pid, action="append", default=[], help="watch PID and its descendants")
+    rec.add_argument("--duration", type=seconds, default=10.0, metavar="SECONDS")
+    rec.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS")
+    rec.add_argument("--pid", type=pid, action="append", default=[], help="watch PID and its descendants")
     rec.add_argument("--all", action="store_true", help="watch every process")
 
     diag = sub.add_parser("diagnose", help="what is wrong with the training jobs' CPU placement")
-    diag.add_argument("--pid", type=_pid, action="append", default=[], help="diagnose PID and its descendants")
-    diag.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS")
-    diag.add_argument("--samples", type=_count(3, 1000), default=3, help="samples to take (default 3)")
+    diag.add_argument("--pid", type=pid, action="append", default=[], help="diagnose PID and its descendants")
+    diag.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS")
+    diag.add_argument("--samples", type=count(3, 1000), default=3, help="samples to take (default 3)")
     diag.add_argument("--json", action="store_true", help="print JSON")
 
     plan = sub.add_parser("plan", help="one core set per GPU rank, to launch jobs well")
     source = plan.add_mutually_exclusive_group()
     source.add_argument("--root", metavar="DIR", help="plan for a recorded tree that mimics /")
     source.add_argument("--hwloc-xml", metavar="FILE", help="plan for the machine this hwloc XML describes")
-    plan.add_argument("--ranks-per-gpu", type=_count(1, 64), default=1, metavar="N")
+    plan.add_argument("--ranks-per-gpu", type=count(1, 64), default=1, metavar="N")
     plan.add_argument("--json", action="store_true", help="print JSON")
 
     pin = sub.add_parser("pin", help="set the CPU mask of every thread of a process (journaled, undoable)")
-    pin.add_argument("pid", type=_pid, metavar="PID")
+    pin.add_argument("pid", type=pid, metavar="PID")
     what = pin.add_mutually_exclusive_group(required=True)
     what.add_argument("--cpus", metavar="LIST", help="CPUs to pin to, e.g. 0-7,16-23")
     what.add_argument("--suggest", action="store_true", help="pin to affmon's suggested core set")
     pin.add_argument("--with-children", action="store_true", help="also pin its descendants (DataLoader workers)")
     pin.add_argument("--isolate", action="store_true", help="also move other busy tasks off those CPUs")
     pin.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
-    pin.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS", help="sampling for --suggest")
+    pin.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling for --suggest")
     pin.add_argument("--json", action="store_true", help="print JSON")
 
     ex = sub.add_parser("exec", help="pin to the plan for a GPU, then run CMD (threads inherit the mask)")
     which = ex.add_mutually_exclusive_group(required=True)
-    which.add_argument("--gpu", type=_count(0, 1023), metavar="N", help="plan for GPU N (NVML/PCI order)")
+    which.add_argument("--gpu", type=count(0, 1023), metavar="N", help="plan for GPU N (NVML/PCI order)")
     which.add_argument("--from-env", action="store_true", help="GPU from LOCAL_RANK and CUDA_VISIBLE_DEVICES")
-    ex.add_argument("--ranks-per-gpu", type=_count(1, 64), default=1, metavar="N")
+    ex.add_argument("--ranks-per-gpu", type=count(1, 64), default=1, metavar="N")
     ex.add_argument("--root", metavar="DIR", help="plan against a recorded tree instead of this machine's /sys")
     ex.add_argument("--dry-run", action="store_true", help="print the mask and the command, run nothing")
     ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
 
     undo = sub.add_parser("undo", help="restore the masks affmon changed")
     target = undo.add_mutually_exclusive_group(required=True)
-    target.add_argument("pid", type=_pid, nargs="?", metavar="PID", help="the last pin of PID")
+    target.add_argument("pid", type=pid, nargs="?", metavar="PID", help="the last pin of PID")
     target.add_argument("--all", action="store_true", help="every pin affmon made, newest first")
     undo.add_argument("--json", action="store_true", help="print JSON")
     from affmon.commands.export import add_export_parser

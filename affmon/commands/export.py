@@ -51,7 +51,7 @@ def listen_address(text: str) -> tuple[str, int]:
 
 
 def add_export_parser(subparsers: argparse._SubParsersAction[Any]) -> argparse.ArgumentParser:
-    from affmon.cli import _pid, _seconds  # the same checks and messages as every other command
+    from affmon.commands.argtypes import pid, seconds  # the same checks and messages as every other command
 
     export: argparse.ArgumentParser = subparsers.add_parser(
         "export", help="serve placement, findings and GPUs as Prometheus metrics"
@@ -63,8 +63,8 @@ def add_export_parser(subparsers: argparse._SubParsersAction[Any]) -> argparse.A
         metavar="ADDR:PORT",
         help=f"where to serve /metrics (default {DEFAULT_LISTEN}; 0.0.0.0:9808 or [::]:9808 for every interface)",
     )
-    export.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS", help="sampling interval")
-    export.add_argument("--pid", type=_pid, action="append", default=[], help="export PID and its descendants only")
+    export.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling interval")
+    export.add_argument("--pid", type=pid, action="append", default=[], help="export PID and its descendants only")
     export.add_argument("--threads", action="store_true", help="also per-thread series (many; see docs/export.md)")
     return export
 
