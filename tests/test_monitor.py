@@ -142,6 +142,30 @@ def test_thread_rows_busiest_first():
     assert thread_rows(v.snapshot, 424242) == ()
 
 
+def test_thread_rows_say_which_threads_the_rules_judge():
+    """A thread that hardly wanted a CPU is not busy, whatever its wait ratio: the table
+    colours wait only for busy threads (as the STARVED rule counts only those)."""
+    v = last_view("narrow")
+    rows = thread_rows(v.snapshot, 695)
+    seconds = v.snapshot.interval_s
+    for r in rows:
+        wanted = (r.cpu_percent or 0) / 100 / (1 - r.wait_ratio) if r.wait_ratio not in (None, 1.0) else None
+        if wanted is not None:
+            assert r.busy == (wanted >= 0.20 - 1e-9), (r, seconds)
+    assert any(r.busy for r in rows) and any(not r.busy for r in rows)
+
+
+def test_wait_colour_only_for_busy_threads():
+    from affmon.core.findings import Severity
+    from affmon.tui.palette import Palette
+    from affmon.tui.widgets.processes import wait_style
+
+    p = Palette("red", "yellow", "green", "cyan", "grey", "dim", "white", ("blue",))
+    assert p.severity(Severity.BAD) == "red"
+    assert wait_style(0.5, p) == "bold red" and wait_style(0.15, p) == "yellow" and wait_style(0.05, p) == ""
+    assert wait_style(0.5, p, busy=False) == "grey" and wait_style(None, p) == "grey"
+
+
 def test_findings_of_a_worker_are_its_jobs():
     v = last_view("narrow")
     assert {f.code for f in v.findings_of(725)} == {f.code for f in v.findings_of(695)}

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from affmon.core.cpuset import EMPTY, CpuSet
-from affmon.core.findings import Finding, Job, Severity, find_jobs
+from affmon.core.findings import DEFAULT_THRESHOLDS, Finding, Job, Severity, demand, find_jobs
 from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
 
 # Another process's CPU use on a CPU that makes it a contender there (findings.py uses
@@ -121,6 +121,7 @@ class ThreadRow:
     wait_ratio: float | None
     switches_per_s: float | None
     migrations_per_s: float | None
+    busy: bool = False  # wanted a CPU for busy_demand of the interval: the threads the rules judge
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +282,7 @@ def process_rows(snapshot: Snapshot, jobs: Sequence[Job], findings: Sequence[Fin
     return tuple(rows)
 
 
-def thread_row(pid: int, t: ThreadRates) -> ThreadRow:
+def thread_row(pid: int, t: ThreadRates, seconds: float) -> ThreadRow:
     s = t.sample
     return ThreadRow(
         pid=pid,
@@ -294,6 +295,7 @@ def thread_row(pid: int, t: ThreadRates) -> ThreadRow:
         wait_ratio=t.wait_ratio,
         switches_per_s=_add(t.voluntary_switches_per_s, t.involuntary_switches_per_s),
         migrations_per_s=t.migrations_per_s,
+        busy=demand(t, seconds) >= DEFAULT_THRESHOLDS.busy_demand,
     )
 
 
@@ -302,7 +304,7 @@ def thread_rows(snapshot: Snapshot, pid: int) -> tuple[ThreadRow, ...]:
     p = snapshot.process(pid)
     if p is None:
         return ()
-    rows = [thread_row(pid, t) for t in p.threads]
+    rows = [thread_row(pid, t, snapshot.interval_s) for t in p.threads]
     return tuple(sorted(rows, key=lambda r: (-(r.cpu_percent if r.cpu_percent is not None else -1.0), r.tid)))
 
 

@@ -15,7 +15,7 @@ from affmon.core import fmt
 from affmon.core.findings import Finding
 from affmon.core.views import ProcessHistory, ProcessRow, ThreadRow
 from affmon.tui.palette import Palette
-from affmon.tui.widgets.processes import WAIT_BAD, WAIT_WARN
+from affmon.tui.widgets.processes import wait_style
 from affmon.tui.widgets.quiet import QuietStatic
 
 THREAD_COLUMNS = (
@@ -113,22 +113,13 @@ class ThreadTable(DataTable[Text]):
 
     @staticmethod
     def _cells_of(t: ThreadRow, p: Palette) -> tuple[Text, ...]:
-        wait_style = (
-            p.muted
-            if t.wait_ratio is None
-            else f"bold {p.error}"
-            if t.wait_ratio >= WAIT_BAD
-            else p.warning
-            if t.wait_ratio >= WAIT_WARN
-            else ""
-        )
         return (
             Text(str(t.tid), justify="right"),
             Text(t.name, no_wrap=True, overflow="ellipsis"),
             Text(fmt.node(t.psr), justify="right"),
             Text(fmt.cpus(t.mask, 9), no_wrap=True),
             Text(fmt.cpu_percent(t.cpu_percent), justify="right"),
-            Text(fmt.ratio_percent(t.wait_ratio), justify="right", style=wait_style),
+            Text(fmt.ratio_percent(t.wait_ratio), justify="right", style=wait_style(t.wait_ratio, p, t.busy)),
             Text(fmt.per_s(t.switches_per_s), justify="right"),
             Text(fmt.per_s(t.migrations_per_s), justify="right"),
         )

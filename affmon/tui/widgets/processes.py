@@ -43,8 +43,10 @@ def _right(text: str, style: str = "") -> Text:
     return Text(text, style=style, justify="right", no_wrap=True)
 
 
-def _wait_style(ratio: float | None, p: Palette) -> str:
-    if ratio is None:
+def wait_style(ratio: float | None, p: Palette, busy: bool = True) -> str:
+    """The findings' colours for a wait ratio; none for a thread that hardly wanted a CPU
+    (a thread that ran 0.1% of the time and waited for half of it is not starved)."""
+    if ratio is None or not busy:
         return p.muted
     return f"bold {p.error}" if ratio >= WAIT_BAD else p.warning if ratio >= WAIT_WARN else ""
 
@@ -73,7 +75,7 @@ def process_cells(row: TableRow, p: Palette, job_colors: dict[int, str]) -> list
         _right(str(proc.pid), f"bold {p.severity(proc.worst)}" if proc.worst is not None else ""),
         name,
         _right(fmt.cpu_percent(proc.cpu_percent)),
-        _right(fmt.ratio_percent(proc.wait_ratio), _wait_style(proc.wait_ratio, p)),
+        _right(fmt.ratio_percent(proc.wait_ratio), wait_style(proc.wait_ratio, p)),
         Text(fmt.cpus(proc.ran_on_cpus, 9) if proc.ran_on_cpus else "-", no_wrap=True),
         Text(mask, no_wrap=True),
         findings_text(proc, p),
@@ -98,7 +100,7 @@ def thread_cells(row: TableRow, p: Palette) -> list[Text]:
         _right(str(t.tid), dim),
         name,
         _right(fmt.cpu_percent(t.cpu_percent), dim),
-        _right(fmt.ratio_percent(t.wait_ratio), _wait_style(t.wait_ratio, p) or dim),
+        _right(fmt.ratio_percent(t.wait_ratio), wait_style(t.wait_ratio, p, t.busy) or dim),
         Text(f"psr {fmt.node(t.psr)}", style=dim, no_wrap=True),
         Text(fmt.cpus(t.mask, 9), style=dim, no_wrap=True),
         Text(""),
