@@ -9,16 +9,9 @@ from affmon.actions.journal import (
     default_journal_path,
     expected_masks,
 )
-from affmon.actions.pin import (
-    AffinityOps,
-    DryRunAffinity,
-    OsAffinity,
-    PinResult,
-    ThreadResult,
-    UndoResult,
-    pin,
-    undo,
-)
+from affmon.actions.pin import PinResult, pin
+from affmon.actions.threads import AffinityOps, DryRunAffinity, OsAffinity, ThreadResult
+from affmon.actions.undo import UndoResult, undo
 
 __all__ = [
     "AffinityOps",

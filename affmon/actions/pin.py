@@ -21,79 +21,33 @@ from __future__ import annotations
 
 import errno
 import os
-import pwd
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, Protocol
+from typing import Literal
 
 from affmon.actions.journal import Journal, JournalEntry, ThreadRecord, new_entry_id
+from affmon.actions.threads import (
+    MAX_ROUNDS,
+    AffinityOps,
+    DryRunAffinity,
+    OsAffinity,
+    ThreadResult,
+    ThreadStatus,
+    einval_message,
+    refusal_message,
+    stat_or_none,
+    unmovable,
+)
+from affmon.actions.undo import sweep_new_threads
 from affmon.collect.cgroup import Mount, cgroup_cpuset, read_mounts
-from affmon.collect.fs import read_line, read_text
+from affmon.collect.fs import read_line
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs, StatFields
 from affmon.collect.sampler import descendants
 from affmon.core.cpuset import MAX_CPU_ID, CpuSet, format_cpulist, parse_cpulist
 from affmon.core.errors import AffmonError
 
-# hwloc gives up after 10 passes over /proc/PID/task (hwloc_linux_foreach_proc_tid).
-MAX_ROUNDS = 10
-
-ThreadStatus = Literal["set", "exited", "failed", "restored", "moved", "not-moved"]
-
-
-class AffinityOps(Protocol):
-    """The two system calls, on one thread id. Both may raise ``OSError``."""
-
-    def get(self, tid: int) -> CpuSet: ...
-
-    def set(self, tid: int, cpus: CpuSet) -> None: ...
-
-
-class OsAffinity:
-    """``sched_getaffinity``/``sched_setaffinity`` on a TID (one thread, never the group)."""
-
-    def get(self, tid: int) -> CpuSet:
-        return frozenset(os.sched_getaffinity(tid))
-
-    def set(self, tid: int, cpus: CpuSet) -> None:
-        os.sched_setaffinity(tid, cpus)
-
-
-class DryRunAffinity:
-    """Reads the real masks, changes nothing, and remembers what it would have set (and
-    answers later reads with it, so a dry run's read-back shows the intended result).
-    ``pin`` and ``undo`` write no journal with it."""
-
-    def __init__(self, real: AffinityOps | None = None) -> None:
-        self.real: AffinityOps = real if real is not None else OsAffinity()
-        self.would_set: list[tuple[int, CpuSet]] = []
-        self._pretend: dict[int, CpuSet] = {}
-
-    def get(self, tid: int) -> CpuSet:
-        mask = self.real.get(tid)  # raises ESRCH for a thread that is gone, as for real
-        return self._pretend.get(tid, mask)
-
-    def set(self, tid: int, cpus: CpuSet) -> None:
-        self.real.get(tid)
-        if not _owner_allows(tid):
-            # What the real call would answer: a dry run must not promise a pin that
-            # another user's process would refuse.
-            raise OSError(errno.EPERM, os.strerror(errno.EPERM))
-        self.would_set.append((tid, cpus))
-        self._pretend[tid] = cpus
-
-
-@dataclass(frozen=True)
-class ThreadResult:
-    """What happened to one thread. ``before``: its mask when affmon found it; ``after``:
-    the mask read back at the end (None when it exited or could not be read)."""
-
-    pid: int
-    tid: int
-    before: CpuSet | None
-    after: CpuSet | None
-    status: ThreadStatus
-    message: str = ""
+__all__ = ["AffinityOps", "DryRunAffinity", "OsAffinity", "PinResult", "ThreadResult", "pin"]
 
 
 @dataclass(frozen=True)
@@ -116,18 +70,6 @@ class PinResult:
 
     def by_status(self, status: ThreadStatus) -> tuple[ThreadResult, ...]:
         return tuple(t for t in self.threads if t.status == status)
-
-
-@dataclass(frozen=True)
-class UndoResult:
-    """``entry_ids``: the journal entries undone (marked so). Threads: "restored",
-    "exited" (gone, or its TID reused), "failed", "not-moved" (created after the pin with
-    a mask of its own, left alone)."""
-
-    ok: bool
-    entry_ids: tuple[str, ...]
-    threads: tuple[ThreadResult, ...]
-    error: str | None
 
 
 class _Failure(Exception):
@@ -313,7 +255,7 @@ class _Pin:
                         continue  # exited, or unreadable: nothing we can move
                     if not mask & self.cpus:
                         continue
-                    why = _unmovable(stat)
+                    why = unmovable(stat)
                     if why is not None:
                         self._note(pid, tid, mask, mask, "not-moved", f"not moved: {why}")
                         continue
@@ -378,7 +320,7 @@ class _Pin:
             self._note_after(record.tid, "restored", record.old_cpus)
         if changed_any and self.entry is not None:
             skip = {record.tid for record in self.entry.threads}
-            for swept in _sweep_new_threads(self.proc, self.ops, self.entry, skip):
+            for swept in sweep_new_threads(self.proc, self.ops, self.entry, skip):
                 self.results[swept.tid] = swept
                 complete = complete and swept.status != "failed"
         # What is still "set" was claimed in the failing round but never changed.
@@ -406,7 +348,7 @@ class _Pin:
     # -- helpers -----------------------------------------------------------------
 
     def _stat(self, pid: int, tid: int | None = None) -> StatFields | None:
-        return _stat(self.proc, pid, tid)
+        return stat_or_none(self.proc, pid, tid)
 
     def _note(
         self, pid: int, tid: int, before: CpuSet | None, after: CpuSet | None, status: ThreadStatus, message: str = ""
@@ -430,10 +372,10 @@ class _Pin:
         self.results[tid] = replace(result, after=after, status=status, message=message)
 
     def _refusal_message(self, exc: OSError, pid: int, tid: int, cpus: CpuSet) -> str:
-        return _refusal_message(self.proc, exc, pid, tid, cpus)
+        return refusal_message(self.proc, exc, pid, tid, cpus)
 
     def _einval_message(self, pid: int, *, fixed: bool) -> str:
-        return _einval_message(self.cpus, pid, fixed=fixed)
+        return einval_message(self.cpus, pid, fixed=fixed)
 
     def _result(self, *, ok: bool, error: str | None, rolled_back: bool, warning: str | None = None) -> PinResult:
         return PinResult(
@@ -446,194 +388,6 @@ class _Pin:
             dry_run=self.dry_run,
             warning=warning,
         )
-
-
-# -- undo ---------------------------------------------------------------------------
-
-
-def undo(journal: Journal, pid: int | None = None, *, ops: AffinityOps | None = None, root: str = "/") -> UndoResult:
-    """Put back the masks of the newest entry not yet undone for ``pid`` (the PID the pin
-    was asked for), or of every such entry, newest first, when ``pid`` is None.
-
-    A journaled thread that has exited, or whose TID now belongs to a newer thread (its
-    start time differs), is reported and skipped. A thread created after the pin is not in
-    the journal: it inherited the pinned mask from its creator, so if it still has exactly
-    that mask it gets its process's main thread's restored mask (what it would have
-    inherited without the pin); a thread with any other mask set it itself (or a library
-    did) and is left alone. An entry is marked undone only when nothing failed, so a
-    failed undo can be run again."""
-    ops = ops or OsAffinity()
-    dry_run = isinstance(ops, DryRunAffinity)
-    proc = ProcFs(root)
-    live = [e for e in journal.entries() if e.state in ("pending", "applied")]
-    if pid is not None:
-        live = [e for e in live if e.pid == pid][-1:]
-        if not live:
-            return UndoResult(False, (), (), f"nothing to undo for PID {pid} in the journal {journal.path}")
-    done: list[str] = []
-    threads: list[ThreadResult] = []
-    for entry in reversed(live):
-        results = _undo_entry(entry, proc, ops)
-        threads.extend(results)
-        if not any(t.status == "failed" for t in results):
-            if not dry_run:
-                journal.set_state(entry.id, "undone")
-            done.append(entry.id)
-    failed = [t for t in threads if t.status == "failed"]
-    error = None
-    if failed:
-        error = f"{len(failed)} thread(s) could not be put back: {failed[0].message}"
-    return UndoResult(not failed, tuple(done), tuple(threads), error)
-
-
-def _undo_entry(entry: JournalEntry, proc: ProcFs, ops: AffinityOps) -> list[ThreadResult]:
-    results: list[ThreadResult] = []
-    for record in reversed(entry.threads):
-        stat = _stat(proc, record.pid, record.tid)
-        if stat is None:
-            results.append(ThreadResult(record.pid, record.tid, None, None, "exited", "no longer exists"))
-            continue
-        if record.start_ticks is not None and stat.start_ticks != record.start_ticks:
-            results.append(
-                ThreadResult(record.pid, record.tid, None, None, "exited", "its TID now belongs to a newer thread")
-            )
-            continue
-        results.append(_restore(proc, ops, record.pid, record.tid, record.old_cpus, ""))
-    results.extend(_sweep_new_threads(proc, ops, entry, {record.tid for record in entry.threads}))
-    return results
-
-
-def _sweep_new_threads(proc: ProcFs, ops: AffinityOps, entry: JournalEntry, skip: set[int]) -> list[ThreadResult]:
-    """Threads of the pinned processes that the entry does not record: created after the
-    pin (or during it), they inherited the pinned mask from their creator. One that still
-    has exactly that mask gets its process's main thread's old mask; any other mask was
-    set on purpose and is left alone."""
-    results: list[ThreadResult] = []
-    for pid in entry.pinned_pids:
-        main = next((r for r in entry.threads if r.tid == pid and r.role == "pin"), None)
-        if main is None:
-            continue  # the main thread was not recorded (it had exited): no mask to give
-        stat = _stat(proc, pid)
-        if stat is None or (main.start_ticks is not None and stat.start_ticks != main.start_ticks):
-            continue  # the process is gone (or its PID reused): its threads went with it
-        seen = set(skip)
-        for _round in range(MAX_ROUNDS):
-            fresh = [tid for tid in sorted(proc.tids(pid)) if tid not in seen]
-            if not fresh:
-                break
-            seen.update(fresh)
-            for tid in fresh:
-                try:
-                    mask = ops.get(tid)
-                except OSError:
-                    continue  # exited since the listing
-                if mask == entry.cpus:
-                    results.append(
-                        _restore(proc, ops, pid, tid, main.old_cpus, "created after the pin: main thread's mask")
-                    )
-                else:
-                    message = f"created after the pin with its own mask {format_cpulist(mask)}: left alone"
-                    results.append(ThreadResult(pid, tid, mask, mask, "not-moved", message))
-    return results
-
-
-def _restore(proc: ProcFs, ops: AffinityOps, pid: int, tid: int, old: CpuSet, message: str) -> ThreadResult:
-    try:
-        before: CpuSet | None = ops.get(tid)
-        ops.set(tid, old)
-        after: CpuSet | None = ops.get(tid)
-    except OSError as exc:
-        if exc.errno == errno.ESRCH:
-            return ThreadResult(pid, tid, None, None, "exited", "exited during the undo")
-        return ThreadResult(pid, tid, None, None, "failed", _refusal_message(proc, exc, pid, tid, old))
-    if after != old:
-        message = f"mask in force is {format_cpulist(after or ())}, not {format_cpulist(old)} as recorded"
-    return ThreadResult(pid, tid, before, after, "restored", message)
-
-
-# -- shared helpers -----------------------------------------------------------------
-
-
-def _stat(proc: ProcFs, pid: int, tid: int | None = None) -> StatFields | None:
-    try:
-        return proc.stat(pid, tid)
-    except AffmonError:
-        return None  # an unparsable stat line: treat the task as gone
-
-
-def _unmovable(stat: StatFields) -> str | None:
-    if stat.flags & PF_KTHREAD:
-        return "kernel thread"
-    if stat.flags & PF_NO_SETAFFINITY:
-        return "the kernel fixes its affinity (PF_NO_SETAFFINITY)"
-    return None
-
-
-def _refusal_message(proc: ProcFs, exc: OSError, pid: int, tid: int, cpus: CpuSet) -> str:
-    if exc.errno == errno.EPERM:
-        uid = _owner(proc, pid)
-        if uid is not None and uid == os.geteuid():
-            return f"not permitted to set the affinity of PID {pid} (user {_user(uid)}): refused by a security policy"
-        return (
-            f"not permitted to set the affinity of PID {pid} (user {_user(uid)}):"
-            " another user's process needs CAP_SYS_NICE"
-        )
-    if exc.errno == errno.EINVAL:
-        return _einval_message(cpus, pid, fixed=False)
-    return f"cannot set the affinity of thread {tid} of PID {pid}: {exc.strerror or exc}"
-
-
-def _einval_message(cpus: CpuSet, pid: int, *, fixed: bool) -> str:
-    why = "a kernel thread whose affinity the kernel fixes" if fixed else "its cgroup cpuset, or offline CPUs"
-    return f"CPUs {format_cpulist(cpus)} are outside what PID {pid} may use ({why})"
-
-
-def _owner(proc: ProcFs, pid: int) -> int | None:
-    try:
-        status = proc.status(pid)
-    except AffmonError:
-        return None
-    return None if status is None else status.uid
-
-
-def _user(uid: int | None) -> str:
-    if uid is None:
-        return "unknown"
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
-CAP_SYS_NICE = 23
-
-
-def _owner_allows(tid: int) -> bool:
-    """Whether ``sched_setaffinity`` on ``tid`` passes the kernel's owner check: this
-    process has CAP_SYS_NICE, or its effective UID is the thread's real or effective UID
-    (``check_same_owner``). True when /proc does not say; security policies (seccomp, an
-    LSM) are not predicted."""
-    caps = _status_value("/proc/self/status", "CapEff")
-    try:
-        if caps is not None and int(caps, 16) >> CAP_SYS_NICE & 1:
-            return True
-    except ValueError:
-        pass
-    uids = _status_value(f"/proc/{tid}/status", "Uid")
-    try:
-        real, effective = (int(uid) for uid in (uids or "").split()[:2])
-    except ValueError:
-        return True
-    return os.geteuid() in (real, effective)
-
-
-def _status_value(path: str, key: str) -> str | None:
-    text = read_text("/", path)
-    for line in (text or "").split("\n"):
-        name, sep, value = line.partition(":")
-        if sep and name == key:
-            return value.strip()
-    return None
 
 
 def _online_cpus(root: str) -> CpuSet:

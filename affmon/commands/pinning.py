@@ -14,7 +14,8 @@ import time
 from typing import Any
 
 from affmon.actions.journal import Journal, default_journal_path
-from affmon.actions.pin import DryRunAffinity, PinResult, UndoResult, pin, undo
+from affmon.actions.pin import DryRunAffinity, PinResult, pin
+from affmon.actions.undo import UndoResult, undo
 from affmon.collect.sampler import Selection
 from affmon.commands.common import live_sources, load_topology
 from affmon.core.advice import job_of, occupants, suggest_for_job

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from affmon.actions.journal import Journal, JournalEntry, default_journal_path
-from affmon.actions.pin import PinResult, UndoResult, pin, undo
+from affmon.actions.pin import PinResult, pin
+from affmon.actions.undo import UndoResult, undo
 from affmon.core.advice import PinProposal, propose_pin
 from affmon.core.cpuset import format_cpulist
 from affmon.core.errors import AffmonError

@@ -13,7 +13,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from affmon.actions.pin import PinResult, UndoResult
+from affmon.actions.pin import PinResult
+from affmon.actions.undo import UndoResult
 from affmon.commands.pinning import result_text, undo_text
 from affmon.core import fmt
 from affmon.core.advice import PinProposal

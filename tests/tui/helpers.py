@@ -9,7 +9,8 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from affmon.actions.pin import PinResult, ThreadResult, UndoResult
+from affmon.actions.pin import PinResult, ThreadResult
+from affmon.actions.undo import UndoResult
 from affmon.core.advice import PinProposal, propose_pin
 from affmon.core.cpuset import CpuSet
 from affmon.core.monitor import SourceInfo
