@@ -34,7 +34,22 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from affmon.core.cpuset import EMPTY, CpuSet, format_cpulist
+from affmon.core.cpuset import EMPTY, CpuSet
+from affmon.core.domains import (
+    CoreUnits,
+    Domain,
+    allowed_pool,
+    core_units,
+    even_split,
+    fmt_cpus,
+    gpu_domain,
+    gpu_indexes,
+    l3_index,
+    l3_span,
+    plural,
+    slices,
+    union,
+)
 from affmon.core.topology import Topology, normalize_bus_id
 
 # A process using less than this (percent of one CPU) is noise, not a tenant to move.
@@ -91,182 +106,6 @@ class Suggestion:
     move_off: tuple[int, ...]  # pids whose busy threads run on `cpus` and would have to move off
 
 
-@dataclass(frozen=True, slots=True)
-class Domain:
-    """Where a GPU's ranks belong: ``cpus`` is its local CPUs that are allowed, or the
-    allowed CPUs when ``local`` is False (locality unknown, or nothing local allowed)."""
-
-    cpus: CpuSet
-    name: str  # "NUMA node 1", "CPUs 48-55,112-119", "the allowed CPUs 0-15"
-    numa_node: int | None
-    local: bool
-    reasons: tuple[str, ...]
-    warnings: tuple[str, ...]
-
-
-def allowed_pool(topology: Topology, allowed_cpus: CpuSet | None) -> tuple[CpuSet, tuple[str, ...]]:
-    """The online CPUs a process may use: its cgroup's, else the topology's."""
-    online = topology.online_cpus
-    base = (topology.allowed_cpus & online) or online
-    if allowed_cpus is None:
-        return base, ()
-    mine = allowed_cpus & online
-    if mine:
-        return mine, ()
-    return base, (
-        f"Its allowed CPUs ({_fmt(allowed_cpus)}) hold no online CPU, so the plan uses the machine's allowed CPUs "
-        f"{_fmt(base)}.",
-    )
-
-
-def gpu_domain(topology: Topology, bus_id: str, allowed: CpuSet) -> Domain:
-    """The domain of one GPU within ``allowed`` (rule 1)."""
-    shown = normalize_bus_id(bus_id)
-    gpu = topology.gpu(bus_id)
-    fallback = f"the allowed CPUs {_fmt(allowed)}"
-    if gpu is None:
-        warning = f"GPU {shown} is not in the topology, so its locality is unknown: planning within {fallback}."
-        return Domain(allowed, fallback, None, False, (), (warning,))
-    online = topology.online_cpus
-    local = None if gpu.local_cpus is None else gpu.local_cpus & online
-    node = None if gpu.numa_node is None else topology.node(gpu.numa_node)
-    node_cpus = EMPTY if node is None else node.cpus & online
-    node_id: int | None
-    if node is not None and node_cpus:
-        node_id = node.id
-        if local and local < node_cpus:
-            cpus, name = local, f"CPUs {_fmt(local)}"
-            where = f"CPUs {_fmt(local)}, {_cache_phrase(topology, local)} of NUMA node {node.id}"
-        else:
-            cpus, name = node_cpus, f"NUMA node {node.id}"
-            where = f"NUMA node {node.id} (CPUs {_fmt(node_cpus)})"
-    elif local and local != online:
-        nodes = topology.nodes_of(local)
-        node_id = nodes[0] if len(nodes) == 1 else None
-        cpus, name = local, f"CPUs {_fmt(local)}"
-        where = f"CPUs {_fmt(local)} ({_nodes_phrase(nodes)}; the firmware gives no NUMA node)"
-    else:
-        known = "no local CPU list" if not local else f"local CPUs {_fmt(local)}, the whole machine"
-        text = (
-            f"GPU {shown}'s locality is unknown (no NUMA node and {known}): planning within {fallback} "
-            "instead of guessing node 0."
-        )
-        if len(topology.cpu_numa_nodes) == 1:  # one node: nothing to get wrong, so a reason
-            reason = (
-                f"GPU {shown}'s NUMA node is unknown ({known}), but the machine has a single NUMA node: "
-                f"planning within {fallback}."
-            )
-            return Domain(allowed, fallback, None, False, (reason,), ())
-        return Domain(allowed, fallback, None, False, (), (text,))
-    reason = f"GPU {shown} is local to {where}."
-    pool = cpus & allowed
-    if not pool:
-        warning = (
-            f"None of GPU {shown}'s local CPUs is allowed here (allowed: {_fmt(allowed)}), "
-            f"so it cannot run near its GPU: planning within {fallback}."
-        )
-        return Domain(allowed, fallback, node_id, False, (reason,), (warning,))
-    reasons = [reason]
-    if pool != cpus:
-        reasons.append(
-            f"{len(cpus - pool)} of those CPUs ({_fmt(cpus - pool)}) are not allowed, leaving {len(pool)} "
-            f"({_fmt(pool)})."
-        )
-        name = f"{name} (its allowed part)"
-    return Domain(pool, name, node_id, True, tuple(reasons), ())
-
-
-# --------------------------------------------------------------------------------------
-# Cores in L3 order, and shares of them
-
-
-@dataclass(frozen=True, slots=True)
-class CoreUnits:
-    """The pool's cores (the planner's units) in L3 order, with what was left out."""
-
-    units: tuple[CpuSet, ...]
-    unit: str  # "whole core", or "partial core" when no core lies wholly in the pool
-    reasons: tuple[str, ...]
-    warnings: tuple[str, ...]
-
-
-def core_units(topology: Topology, pool: CpuSet) -> CoreUnits:
-    """Whole cores inside ``pool`` ordered by L3 group then first CPU (rules 2 and 5).
-    Cores partly outside the pool are dropped; if that leaves none, their parts are used."""
-    whole: list[CpuSet] = []
-    partial: list[CpuSet] = []
-    covered: set[int] = set()
-    for core in topology.cores:
-        inside = core.cpus & pool
-        if inside:
-            covered |= inside
-            (whole if inside == core.cpus else partial).append(inside)
-    whole += [frozenset({cpu}) for cpu in sorted(pool - covered)]  # CPUs no core lists
-    reasons: list[str] = []
-    warnings: list[str] = []
-    units = whole
-    if not whole and partial:
-        units = partial
-        warnings.append(
-            f"Every core of CPUs {_fmt(pool)} is only partly allowed, so whole cores are impossible: "
-            f"using the {len(partial)} cores' allowed CPUs."
-        )
-    elif partial:
-        reasons.append(
-            f"Left out so that no core is split: {_n(len(partial), 'core')} only partly inside CPUs {_fmt(pool)} "
-            f"(CPUs {_fmt(_union(partial))})."
-        )
-    l3_of = _l3_index(topology)
-    units.sort(key=lambda u: (l3_of.get(min(u), len(topology.l3_groups)), min(u)))
-    unit = "whole core" if units is whole else "partial core"
-    return CoreUnits(tuple(units), unit, tuple(reasons), tuple(warnings))
-
-
-def even_split(n_units: int, n_ranks: int) -> list[int] | None:
-    """Shares of ``n_units`` for ``n_ranks`` ranks, the remainder to the first ones
-    (torch ``exclusive``); None when there are fewer units than ranks."""
-    k, extra = divmod(n_units, n_ranks)
-    if k == 0:
-        return None
-    return [k + 1] * extra + [k] * (n_ranks - extra)
-
-
-def slices(units: Sequence[CpuSet], sizes: Sequence[int]) -> list[Sequence[CpuSet]]:
-    """Consecutive runs of ``units`` of the given sizes: the ranks' contiguous shares."""
-    runs: list[Sequence[CpuSet]] = []
-    start = 0
-    for size in sizes:
-        runs.append(units[start : start + size])
-        start += size
-    return runs
-
-
-def _l3_index(topology: Topology) -> dict[int, int]:
-    return {cpu: i for i, group in enumerate(topology.l3_groups) for cpu in group.cpus}
-
-
-def _l3_span(l3_of: dict[int, int], units: Iterable[CpuSet]) -> int:
-    return len({l3_of.get(min(u), -1) for u in units})
-
-
-def _union(units: Iterable[CpuSet]) -> CpuSet:
-    return EMPTY.union(*units)
-
-
-# --------------------------------------------------------------------------------------
-# plan_machine
-
-
-def gpu_indexes(topology: Topology) -> dict[str, int]:
-    """Each GPU's index among the GPUs of its vendor sorted by bus id (NVML, ROCm order)."""
-    seen: dict[str, int] = {}
-    indexes: dict[str, int] = {}
-    for gpu in topology.gpus:  # sorted by bus id
-        indexes[gpu.pci_bus_id] = seen.get(gpu.vendor, 0)
-        seen[gpu.vendor] = indexes[gpu.pci_bus_id] + 1
-    return indexes
-
-
 def plan_machine(topology: Topology, ranks_per_gpu: int = 1) -> MachinePlan:
     """A plan for every rank of every GPU, as a launcher would bind them: the GPUs of one
     domain split its cores evenly, in bus-id order, ``ranks_per_gpu`` slices per GPU."""
@@ -281,10 +120,10 @@ def plan_machine(topology: Topology, ranks_per_gpu: int = 1) -> MachinePlan:
         groups.setdefault(domains[gpu.pci_bus_id].cpus, []).append(gpu.pci_bus_id)
     plans: list[RankPlan] = []
     for bus_ids in groups.values():  # in order of each group's lowest bus id
-        taken = _union(p.cpus for p in plans)
+        taken = union(p.cpus for p in plans)
         plans += _plan_domain(topology, [domains[b] for b in bus_ids], bus_ids, ranks_per_gpu, taken)
     warnings = tuple(dict.fromkeys([*allowed_warnings, *(w for p in plans for w in p.warnings)]))
-    return MachinePlan(tuple(plans), warnings, _unused_notes(topology, allowed, _union(p.cpus for p in plans)))
+    return MachinePlan(tuple(plans), warnings, _unused_notes(topology, allowed, union(p.cpus for p in plans)))
 
 
 def _plan_domain(
@@ -300,7 +139,9 @@ def _plan_domain(
     free = [u for u in units if not u & taken]
     if len(free) < len(units):  # domains overlap: cores an earlier domain's ranks hold
         if len(free) >= len(ranks):
-            shared_reasons.append(f"{_n(len(units) - len(free), 'core')} already planned for other GPUs are left out.")
+            shared_reasons.append(
+                f"{plural(len(units) - len(free), 'core')} already planned for other GPUs are left out."
+            )
             units = free
         else:
             shared_warnings.append(f"{domain.name} shares cores with other GPUs' plans: too few are left.")
@@ -308,7 +149,7 @@ def _plan_domain(
     who = f"{len(bus_ids)} GPUs" if len(bus_ids) > 1 else "1 GPU"
     if ranks_per_gpu > 1:
         who += f" ({len(ranks)} ranks)"
-    l3_of = _l3_index(topology)
+    l3_of = l3_index(topology)
     indexes = gpu_indexes(topology)
     shares = slices(units, sizes) if sizes is not None else [units] * len(ranks)
     plans = []
@@ -318,10 +159,10 @@ def _plan_domain(
         warnings = [*domains[i].warnings, *shared_warnings]
         if sizes is None:
             reasons.append(
-                f"It shares all {_n(len(units), 'core')} of {domain.name} with the other {len(ranks) - 1} ranks."
+                f"It shares all {plural(len(units), 'core')} of {domain.name} with the other {len(ranks) - 1} ranks."
             )
             warnings.append(
-                f"{domain.name} has {_n(len(units), 'core')} for {len(ranks)} ranks: fewer cores than ranks, "
+                f"{domain.name} has {plural(len(units), 'core')} for {len(ranks)} ranks: fewer cores than ranks, "
                 "so they all share it (oversubscribed)."
             )
         else:
@@ -333,7 +174,7 @@ def _plan_domain(
                 )
         if topology.l3_groups:
             reasons.append(_l3_sentence(topology, l3_of, chosen))
-        cpus = _union(chosen)
+        cpus = union(chosen)
         nodes = topology.nodes_of(cpus)
         plans.append(
             RankPlan(
@@ -344,14 +185,14 @@ def _plan_domain(
                 cpus=cpus,
                 reasons=tuple(reasons),
                 warnings=tuple(warnings),
-                domain_cpus=_union(units),
+                domain_cpus=union(units),
             )
         )
     return plans
 
 
 def _share_sentence(chosen: Sequence[CpuSet], unit: str, name: str, n_units: int, who: str, n_ranks: int) -> str:
-    size = f"{_n(len(chosen), unit)}, {_n(len(_union(chosen)), 'CPU')}"
+    size = f"{plural(len(chosen), unit)}, {plural(len(union(chosen)), 'CPU')}"
     if n_ranks == 1:
         return f"{size}: all {n_units} cores of {name}, for {who} alone."
     return f"{size}: an even share of the {n_units} cores of {name} among {who}."
@@ -363,7 +204,7 @@ def _l3_sentence(topology: Topology, l3_of: dict[int, int], chosen: Sequence[Cpu
     if not indexes:
         return f"Its cores are in no L{level} cache group."
     if len(indexes) == 1:
-        return f"Its cores share one L{level} cache (CPUs {_fmt(topology.l3_groups[indexes[0]].cpus)})."
+        return f"Its cores share one L{level} cache (CPUs {fmt_cpus(topology.l3_groups[indexes[0]].cpus)})."
     return f"Its cores span {len(indexes)} L{level} caches, filled one after the other."
 
 
@@ -373,10 +214,10 @@ def _unused_notes(topology: Topology, allowed: CpuSet, planned: CpuSet) -> tuple
     for node in topology.cpu_numa_nodes:
         mine = node.cpus & allowed
         if mine and mine <= left:
-            notes.append(f"NUMA node {node.id} (CPUs {_fmt(mine)}) serves no GPU, so no plan uses it.")
+            notes.append(f"NUMA node {node.id} (CPUs {fmt_cpus(mine)}) serves no GPU, so no plan uses it.")
             left -= mine
     if left:
-        notes.append(f"CPUs {_fmt(left)} are in no plan.")
+        notes.append(f"CPUs {fmt_cpus(left)} are in no plan.")
     return tuple(notes)
 
 
@@ -407,22 +248,22 @@ def suggest(
 
     targets = tuple(dict.fromkeys(normalize_bus_id(b) for b in gpu_bus_ids))
     if not targets:
-        pool, name = allowed, f"its allowed CPUs {_fmt(allowed)}"
+        pool, name = allowed, f"its allowed CPUs {fmt_cpus(allowed)}"
         reasons.append(
-            f"It uses no GPU that affmon could match, so the plan is within its allowed CPUs {_fmt(allowed)}."
+            f"It uses no GPU that affmon could match, so the plan is within its allowed CPUs {fmt_cpus(allowed)}."
         )
     else:
         own = [domain_of(b) for b in targets]
         for d in own:
             reasons += d.reasons
             warnings += d.warnings
-        pool = _union(d.cpus for d in own)
-        name = own[0].name if len({d.cpus for d in own}) == 1 else f"CPUs {_fmt(pool)}"
+        pool = union(d.cpus for d in own)
+        name = own[0].name if len({d.cpus for d in own}) == 1 else f"CPUs {fmt_cpus(pool)}"
         nodes = sorted({n for d in own if (n := d.numa_node) is not None})
         if len(nodes) > 1:
             warnings.append(
                 f"It uses GPUs on NUMA nodes {', '.join(map(str, nodes))}: cross-NUMA by design, so the plan is "
-                f"within the union of their CPUs ({_fmt(pool)})."
+                f"within the union of their CPUs ({fmt_cpus(pool)})."
             )
         elif len({d.cpus for d in own}) > 1:
             reasons.append(f"Its {len(targets)} GPUs have different local CPUs; the plan is within their union.")
@@ -441,29 +282,29 @@ def suggest(
     ranks = sorted([(first_gpu(p.gpu_bus_ids), 0, p.pid) for p in peers] + [(first_gpu(targets), 1, 0)])
     position = ranks.index((first_gpu(targets), 1, 0))
     sizes = even_split(len(units), len(ranks))
-    claimed = _union(_held(o) for o in others if o.training)
+    claimed = union(_held(o) for o in others if o.training)
     hogs = [o for o in others if not o.training and o.cpu_percent >= MOVE_OFF_MIN_CPU_PERCENT]
     busy = [o for o in others if o.cpu_percent >= MOVE_OFF_MIN_CPU_PERCENT]
     need_cpus = math.ceil(demand_cpus * DEMAND_HEADROOM - 1e-9) if demand_cpus > 0 else 0
     widest = max((len(u) for u in units), default=1)
     need_units = math.ceil(need_cpus / widest)
 
-    l3_of = _l3_index(topology)
+    l3_of = l3_index(topology)
     if sizes is None:
         chosen: Sequence[CpuSet] = units
         warnings.append(
-            f"{name} has {_n(len(units), 'core')} for {len(ranks)} training processes: fewer cores than processes, "
+            f"{name} has {plural(len(units), 'core')} for {len(ranks)} training processes: fewer cores than processes, "
             "so they all share it (oversubscribed)."
         )
     else:
         share = sizes[position]
-        tiles = [_union(tile) for tile in slices(units, sizes)]  # plan_machine's slices
+        tiles = [union(tile) for tile in slices(units, sizes)]  # plan_machine's slices
         if len(ranks) == 1:
-            reasons.append(f"No other training process uses {name}, so its share is all {_n(len(units), 'core')}.")
+            reasons.append(f"No other training process uses {name}, so its share is all {plural(len(units), 'core')}.")
         else:
             reasons.append(
-                f"Its even share of the {_n(len(units), 'core')} of {name} among {len(ranks)} training processes "
-                f"is {_n(share, 'core')}."
+                f"Its even share of the {plural(len(units), 'core')} of {name} among {len(ranks)} training processes "
+                f"is {plural(share, 'core')}."
             )
         candidates, size, why = _candidates(units, share, need_units, need_cpus, claimed, hogs)
         reasons += why
@@ -471,15 +312,15 @@ def suggest(
         if held:
             holders = ", ".join(str(o.pid) for o in others if o.training and _held(o) & pool)
             if not any(u & claimed for u in candidates):
-                reasons.append(f"It avoids {_n(held, 'core')} held by other training processes ({holders}).")
+                reasons.append(f"It avoids {plural(held, 'core')} held by other training processes ({holders}).")
             else:
                 warnings.append(
                     f"Only {len(units) - held} cores are not held by other training processes ({holders}), fewer "
                     f"than {size}: the suggestion overlaps them as little as it can."
                 )
         chosen = _best_window(l3_of, candidates, size, claimed, busy, current_cpus, tiles, tiles[position])
-    cpus = _union(chosen)
-    reasons.append(f"Suggested: {_n(len(chosen), found.unit)}, {_n(len(cpus), 'CPU')} ({_fmt(cpus)}).")
+    cpus = union(chosen)
+    reasons.append(f"Suggested: {plural(len(chosen), found.unit)}, {plural(len(cpus), 'CPU')} ({fmt_cpus(cpus)}).")
     if topology.l3_groups:
         reasons.append(_l3_sentence(topology, l3_of, chosen))
     kept = len(cpus & current_cpus)
@@ -492,7 +333,7 @@ def suggest(
     if move_off:
         named = ", ".join(f"{o.pid} ({o.name}, {o.cpu_percent:.0f}%)" for o in sorted(movers, key=lambda o: o.pid))
         warnings.append(
-            f"This only helps if {named} move{'s' if len(move_off) == 1 else ''} off CPUs {_fmt(cpus)} "
+            f"This only helps if {named} move{'s' if len(move_off) == 1 else ''} off CPUs {fmt_cpus(cpus)} "
             "(pin --isolate): narrowing a job's mask while other busy threads stayed on its cores made it slower "
             "in the measured case (904 vs 1198 samples/s)."
         )
@@ -522,11 +363,11 @@ def _candidates(
     free = [u for u in unclaimed if not any(h.cpus & u for h in hogs)]
     avoided = len(unclaimed) - len(free)
     if len(free) >= share:
-        why = [f"It avoids {_n(avoided, 'core')} where other busy processes run."] if avoided else []
+        why = [f"It avoids {plural(avoided, 'core')} where other busy processes run."] if avoided else []
         return free, share, why
     if need_units and len(free) >= need_units:
         why = [
-            f"Other busy processes leave {_n(len(free), 'core')} free, enough for its demand of {need_cpus} CPUs, "
+            f"Other busy processes leave {plural(len(free), 'core')} free, enough for its demand of {need_cpus} CPUs, "
             "so the suggestion keeps to them."
         ]
         return free, len(free), why
@@ -563,14 +404,14 @@ def _best_window(
     best: tuple[tuple[float, ...], int] | None = None
     for start in range(len(candidates) - size + 1):
         window = candidates[start : start + size]
-        cpus = _union(window)
+        cpus = union(window)
         movers = [o for o in busy if o.cpus & cpus]
         load = sum(o.cpu_percent * len(o.cpus & cpus) / len(o.cpus) for o in movers)
         score = (
             float(sum(1 for u in window if u & claimed)),
             float(len(movers)),
             round(load, 6),
-            float(_l3_span(l3_of, window)),
+            float(l3_span(l3_of, window)),
             -float(len(cpus & current)),
             float(sum(1 for tile in tiles if tile & cpus)),
             -float(len(cpus & slot)),
@@ -580,38 +421,6 @@ def _best_window(
             best = (score, start)
     assert best is not None, "no window: size exceeds the candidates"
     return candidates[best[1] : best[1] + size]
-
-
-# --------------------------------------------------------------------------------------
-# Wording
-
-
-def _n(count: int, word: str) -> str:
-    """``1 core``, ``2 cores``."""
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def _fmt(cpus: Iterable[int]) -> str:
-    text = format_cpulist(cpus)
-    return text or "none"
-
-
-def _nodes_phrase(nodes: Sequence[int]) -> str:
-    if not nodes:
-        return "no NUMA node"
-    if len(nodes) == 1:
-        return f"NUMA node {nodes[0]}"
-    return f"NUMA nodes {', '.join(map(str, nodes))}"
-
-
-def _cache_phrase(topology: Topology, cpus: CpuSet) -> str:
-    groups = [g for g in topology.l3_groups if g.cpus & cpus]
-    if not groups:
-        return "no shared cache"
-    kind = f"L{groups[0].level}"
-    if _union(g.cpus for g in groups) == cpus:
-        return f"one {kind} group" if len(groups) == 1 else f"{len(groups)} {kind} groups"
-    return f"part of {len(groups)} {kind} group{'s' if len(groups) > 1 else ''}"
 
 
 __all__ = [
