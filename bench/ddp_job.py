@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -20,7 +19,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_job import Augmented
+from rate_loop import measured_loop
+from train_job import Augmented, train_step
 
 
 def main() -> None:
@@ -49,33 +49,12 @@ def main() -> None:
         sampler=DistributedSampler(data, shuffle=True),
         persistent_workers=a.workers > 0,
     )
-    batches = iter(loader)
-
-    def step() -> int:
-        x, y = next(batches)
-        x = x.cuda(non_blocking=True).to(memory_format=torch.channels_last)
-        y = y.cuda(non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return int(x.shape[0])
-
+    step = train_step(model, opt, iter(loader))
     for _ in range(a.warmup):
         step()
     torch.cuda.synchronize()
     print(f"READY rank={rank} pid={os.getpid()} gpu={local} affinity={sorted(os.sched_getaffinity(0))}", flush=True)
-    start = window_start = time.perf_counter()
-    window = 0
-    while time.perf_counter() - start < a.seconds:
-        window += step()
-        now = time.perf_counter()
-        if now - window_start >= a.report_every:
-            torch.cuda.synchronize()
-            now = time.perf_counter()
-            print(f"RATE rank={rank} t={now - start:.1f} samples_per_s={window / (now - window_start):.1f}", flush=True)
-            window, window_start = 0, now
+    measured_loop(step, a.seconds, a.report_every, torch.cuda.synchronize, f"rank={rank}")
     dist.destroy_process_group()
 
 

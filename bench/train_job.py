@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torchvision
 from torch.utils.data import DataLoader, Dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rate_loop import measured_loop
 
 
 class Augmented(Dataset):
@@ -36,6 +42,23 @@ class Augmented(Dataset):
             x = np.flip(x, 2).copy()
             x = (x - x.mean()) / (x.std() + 1e-6)
         return torch.from_numpy(x), i % 1000
+
+
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batches: Iterator[Any]) -> Callable[[], int]:
+    """One bf16 training step on the next batch (channels-last); returns its samples."""
+
+    def step() -> int:
+        x, y = next(batches)
+        x = x.cuda(non_blocking=True).to(memory_format=torch.channels_last)
+        y = y.cuda(non_blocking=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return int(x.shape[0])
+
+    return step
 
 
 def main() -> None:
@@ -58,37 +81,12 @@ def main() -> None:
         shuffle=True,
         persistent_workers=a.workers > 0,
     )
-    batches = iter(loader)
-
-    def step() -> int:
-        x, y = next(batches)
-        x = x.cuda(non_blocking=True).to(memory_format=torch.channels_last)
-        y = y.cuda(non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return int(x.shape[0])
-
+    step = train_step(model, opt, iter(loader))
     for _ in range(a.warmup):
         step()
     torch.cuda.synchronize()
     print(f"READY pid={os.getpid()} torch_threads={torch.get_num_threads()}", flush=True)
-    done, start = 0, time.perf_counter()
-    window_done, window_start = 0, start
-    while time.perf_counter() - start < a.seconds:
-        n = step()
-        done += n
-        window_done += n
-        now = time.perf_counter()
-        if a.report_every and now - window_start >= a.report_every:
-            torch.cuda.synchronize()
-            now = time.perf_counter()
-            print(f"RATE t={now - start:.1f} samples_per_s={window_done / (now - window_start):.1f}", flush=True)
-            window_done, window_start = 0, now
-    torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
+    done, elapsed = measured_loop(step, a.seconds, a.report_every, torch.cuda.synchronize)
     print(
         f"RESULT samples_per_s={done / elapsed:.1f} workers={a.workers} batch={a.batch} "
         f"affinity={sorted(os.sched_getaffinity(0))}",
