@@ -189,3 +189,19 @@ def test_pin_proposal_with_hogs_names_what_isolate_would_move():
     assert pr is not None
     assert pr.move_off and all(o.cpus & pr.suggestion.cpus for o in pr.move_off)
     assert set(pr.isolate_candidates) <= set(range(591, 607))
+
+
+def test_core_map_legend_marks_gpu_local_only_where_a_cpu_is():
+    from affmon.core.views import CoreCell, CoreGroup
+    from affmon.tui.palette import Palette
+    from affmon.tui.widgets.cores import core_map_text
+
+    p = Palette("red", "yellow", "green", "cyan", "grey", "dim", "white", ("blue",))
+
+    def groups(local: tuple[int, ...]) -> list[CoreGroup]:
+        cells = tuple(CoreCell(c, 0.0, None, (), 0.0, 0.0, (), True, local) for c in range(2))
+        return [CoreGroup(0, 3, cells)]
+
+    assert "GPU-local" not in core_map_text(groups(()), p, {}, None, 60).plain  # no GPU: no such mark
+    assert "GPU-local" in core_map_text(groups((0,)), p, {}, None, 60).plain
+    assert "outside mask" in core_map_text(groups(()), p, {}, None, 60).plain

@@ -95,8 +95,9 @@ def core_map_text(
         [("▆", p.muted), (" others", p.muted)],
         [(" 7", "reverse bold"), (" ran here", p.muted)],
         [(" 7", p.disabled), (" outside mask", p.muted)],
-        [(" 7", "underline"), (" GPU-local", p.muted)],
     ]
+    if any(c.gpu_local for g in groups for c in g.cells):  # no GPU (or no locality known): no such mark
+        legend.append([(" 7", "underline"), (" GPU-local", p.muted)])
     used = 0
     for item in legend:
         size = sum(len(t) for t, _ in item) + 2
