@@ -166,6 +166,22 @@ def diagnose(out: Path, tag: str, pids: set[int]) -> list[dict[str, Any]]:
     return [f for f in findings if f["pid"] in pids]
 
 
+def mean(values: list[float]) -> float:
+    """The mean of the values that are numbers (a failed measurement is NaN)."""
+    good = [v for v in values if v == v]
+    return sum(good) / len(good) if good else float("nan")
+
+
+def fix_ranks(ranks: dict[int, int], findings: list[dict[str, Any]], out: Path, tag: str) -> list[str]:
+    """affmon's own fix (gpu_scenarios.fix) on each rank with a warn/bad finding, in rank order."""
+    done = []
+    for rank, pid in sorted(ranks.items()):
+        bad = [f for f in findings if f["pid"] == pid and f["severity"] in ("warn", "bad")]
+        if bad:
+            done.append(f"rank {rank}: " + fix(pid, bad, out / f"{tag}.rank{rank}.pin.json"))
+    return done
+
+
 def codes(findings: list[dict[str, Any]]) -> list[str]:
     return sorted({f"{f['code']}({f['severity']})" for f in findings})
 
@@ -223,11 +239,7 @@ def run_placement(p: Placement, out: Path, gpus: int, window: float, tag: str) -
         row.before = measure(run, window)
         mine = diagnose(out, tag, set(ranks.values()))
         row.findings = codes(mine)
-        row.actions = []
-        for rank, pid in sorted(ranks.items()):
-            bad = [f for f in mine if f["pid"] == pid and f["severity"] in ("warn", "bad")]
-            if bad:
-                row.actions.append(f"rank {rank}: " + fix(pid, bad, out / f"{tag}.rank{rank}.pin.json"))
+        row.actions = fix_ranks(ranks, mine, out, tag)
         if row.actions:
             row.after = measure(run, window)
             row.after_findings = codes(diagnose(out, f"{tag}.after", set(ranks.values())))
@@ -282,13 +294,8 @@ def run_states(out: Path, gpus: int, window: float, cycles: int) -> str:
             elif state == "O":
                 pin_all({r: quarter for r in ranks})
             elif state == "F":
-                bad = [f for f in diagnose(out, f"states.c{cycle}.O.fix", pids) if f["severity"] in ("warn", "bad")]
-                for rank, pid in sorted(ranks.items()):
-                    mine = [f for f in bad if f["pid"] == pid]
-                    if mine:
-                        log.append(
-                            f"cycle {cycle} F rank {rank}: " + fix(pid, mine, out / f"states.c{cycle}.r{rank}.pin.json")
-                        )
+                found = diagnose(out, f"states.c{cycle}.O.fix", pids)
+                log.extend(f"cycle {cycle} F {done}" for done in fix_ranks(ranks, found, out, f"states.c{cycle}"))
             seen = diagnose(out, f"states.c{cycle}.{state}", pids)
             findings[state].update(codes([f for f in seen if f["severity"] in ("warn", "bad")]))
 
@@ -305,9 +312,6 @@ def run_states(out: Path, gpus: int, window: float, cycles: int) -> str:
         stop_tree(run.proc)
         affmon("undo", "--all")
 
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values) if values else float("nan")
-
     names = {"U": "unpinned (all CPUs)", "P": "affmon's plan", "O": "overlap", "F": "affmon's fix of overlap"}
     lines = ["| state | samples/s per cycle | mean | / affmon's plan | warn/bad findings |", "|---|---|---|---|---|"]
     for state in "UPOF":
@@ -323,10 +327,6 @@ def run_states(out: Path, gpus: int, window: float, cycles: int) -> str:
 
 
 def table(rows: list[Row], notes: list[str]) -> str:
-    def mean(values: list[float]) -> float:
-        good = [v for v in values if v == v]
-        return sum(good) / len(good) if good else float("nan")
-
     plan = mean([r.after for r in rows if r.name == "affmon_plan"])
     lines = [
         "| placement | round | samples/s (all ranks) | masks at start | findings | affmon's fix | after "
