@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from affmon.actions.journal import Journal, default_journal_path
-from affmon.actions.pin import DryRunAffinity, PinResult, pin
+from affmon.actions.pin import DryRunAffinity, PinResult, ThreadResult, pin
 from affmon.actions.undo import UndoResult, undo
 from affmon.collect.sampler import Selection
 from affmon.commands.common import live_sources, load_topology
@@ -138,17 +138,20 @@ def _thread_json(t: Any) -> dict[str, Any]:
     }
 
 
+def thread_line(t: ThreadResult) -> str:
+    """One thread of a pin or undo: PID, TID, what happened, mask before -> after."""
+    before = "?" if t.before is None else format_cpulist(t.before)
+    after = "?" if t.after is None else format_cpulist(t.after)
+    note = f"  {t.message}" if t.message else ""
+    return f"  {t.pid:>8} {t.tid:>8} {t.status:<10} {before:>12} -> {after:<12}{note}"
+
+
 def result_text(result: PinResult) -> list[str]:
     verb = "would set" if result.dry_run else "set"
     counts: dict[str, int] = {}
     for t in result.threads:
         counts[t.status] = counts.get(t.status, 0) + 1
-    lines = []
-    for t in result.threads:
-        before = "?" if t.before is None else format_cpulist(t.before)
-        after = "?" if t.after is None else format_cpulist(t.after)
-        note = f"  {t.message}" if t.message else ""
-        lines.append(f"  {t.pid:>8} {t.tid:>8} {t.status:<10} {before:>12} -> {after:<12}{note}")
+    lines = [thread_line(t) for t in result.threads]
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     if result.ok:
         lines.append(f"{verb} CPUs {format_cpulist(result.cpus)}: {summary}")
@@ -287,12 +290,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def undo_text(result: UndoResult) -> list[str]:
-    lines = []
-    for t in result.threads:
-        before = "?" if t.before is None else format_cpulist(t.before)
-        after = "?" if t.after is None else format_cpulist(t.after)
-        note = f"  {t.message}" if t.message else ""
-        lines.append(f"  {t.pid:>8} {t.tid:>8} {t.status:<10} {before:>12} -> {after:<12}{note}")
+    lines = [thread_line(t) for t in result.threads]
     if result.ok:
         lines.append(f"undid {len(result.entry_ids)} pin(s): {', '.join(result.entry_ids) or 'none'}")
     return lines
