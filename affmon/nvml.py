@@ -20,6 +20,16 @@ rate from NVML's own timestamps: a 32-bit counter cannot wrap twice in 20 ms bel
 200 GB/s. Where NVML gives 64-bit counters, their totals are also kept so that rates
 over the whole interval are exact. The throughput call is the fallback where the
 counters are unsupported; the sampler never runs on the UI thread.
+
+GPU utilisation. ``nvmlDeviceGetUtilizationRates`` covers only NVML's last sample period
+("between 1 second and 1/6 second"): on the H200 the driver takes one every 200 ms, so a
+1 s tick sees a fifth of its interval. Under a load busy 30% of every second it read 0%
+at every tick while the samples of the same seconds averaged 28-29%
+(``bench/nvml_util_probe.py``). The gateway therefore reports the mean of the samples
+``nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES)`` took since its last tick (the last
+second of them at the first tick), and falls back to the rates' reading where that is
+unsupported or no sample is new (a tick shorter than the driver's period). Memory
+utilisation still comes from the rates' last period.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ _VALUE_FIELDS = {
     6: ("usVal", 16),
 }
 PCIE_WINDOW_S = 0.02
+FIRST_UTIL_WINDOW_US = 1_000_000  # at the first tick: the samples of the last second
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,7 @@ class _Device:
         self.max_gen: int | None = None
         self.max_width: int | None = None
         self.static_read = False
+        self.util_seen_us = 0  # NVML timestamp of the newest utilisation sample read
 
 
 class NvmlGateway:
@@ -246,6 +258,7 @@ class NvmlGateway:
             if not device.static_read:
                 self._read_static(device)
             util = self._call(device, "util", lambda: nvml.nvmlDeviceGetUtilizationRates(h))
+            busy = self._util_since_last_tick(device)
             memory = self._call(device, "memory", lambda: nvml.nvmlDeviceGetMemoryInfo(h))
             tx_window = rx_window = None
             if "pcie_counters" in device.unsupported:
@@ -264,7 +277,7 @@ class NvmlGateway:
             name=device.name,
             pci_bus_id=device.pci_bus_id,
             uuid=device.uuid,
-            util_percent=None if util is None else int(util.gpu),
+            util_percent=busy if busy is not None else None if util is None else int(util.gpu),
             mem_util_percent=None if util is None else int(util.memory),
             mem_used_bytes=None if memory is None else int(memory.used),
             mem_total_bytes=None if memory is None else int(memory.total),
@@ -278,6 +291,26 @@ class NvmlGateway:
             mem_clock_mhz=mem_clock,
             processes=processes,
         )
+
+    def _util_since_last_tick(self, device: _Device) -> int | None:
+        """The mean of the GPU-utilisation samples NVML took since the last tick (the last
+        second of them at the first); None where the call is refused or nothing is new."""
+        nvml, h, since = self.nvml, device.handle, device.util_seen_us
+        answer = self._call(
+            device, "util_samples", lambda: nvml.nvmlDeviceGetSamples(h, nvml.NVML_GPU_UTILIZATION_SAMPLES, since)
+        )
+        if not answer:
+            return None
+        kind, samples = answer
+        member = _VALUE_FIELDS.get(int(kind), ("uiVal", 32))[0]
+        read = [(int(x.timeStamp), float(getattr(x.sampleValue, member))) for x in samples]
+        if not read:
+            return None
+        newest = max(stamp for stamp, _ in read)
+        floor = since if since else newest - FIRST_UTIL_WINDOW_US
+        values = [value for stamp, value in read if stamp > floor]
+        device.util_seen_us = max(since, newest)
+        return round(sum(values) / len(values)) if values else None
 
     def _lost(self, device: _Device) -> GpuSample:
         return GpuSample(

@@ -21,6 +21,8 @@ NVML_PCIE_UTIL_TX_BYTES = 0
 NVML_PCIE_UTIL_RX_BYTES = 1
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
+NVML_GPU_UTILIZATION_SAMPLES = 1
+SAMPLE_PERIOD_US = 200_000  # the H200's driver: one utilisation sample every 200 ms
 
 _NAMES = {
     NVML_ERROR_UNINITIALIZED: "Uninitialized",
@@ -62,6 +64,10 @@ class FakeGpu:
     max_gen: int = 5
     max_width: int = 16
     pids: list[tuple[int, int | None]] = field(default_factory=list)
+    # The driver's utilisation samples as (NVML timestamp us, percent). None: every call
+    # to nvmlDeviceGetSamples finds five new samples of ``util`` (one second's worth).
+    util_samples: list[tuple[int, int]] | None = None
+    sample_clock_us: int = 1_795_969_000_000_000  # NVML time of the newest synthesised sample
     fail: dict[str, int] = field(default_factory=dict)  # call name -> NVML error code
     field_fail: int = 0  # per-field nvmlReturn for the PCIe counters
     calls: dict[str, int] = field(default_factory=dict)
@@ -115,6 +121,21 @@ class FakeNvml:
     def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
         g = self._gpu(h, "util")
         return SimpleNamespace(gpu=g.util, memory=g.mem_util)
+
+    def nvmlDeviceGetSamples(self, h: Any, kind: int, last_seen_us: int) -> tuple[int, list[Any]]:
+        """As nvidia-ml-py: (value type, samples newer than ``last_seen_us``, all when 0);
+        Not Found when there is none."""
+        g = self._gpu(h, "samples")
+        assert kind == NVML_GPU_UTILIZATION_SAMPLES, kind
+        if g.util_samples is None:
+            newest = max(last_seen_us, g.sample_clock_us)
+            fresh = [(newest + SAMPLE_PERIOD_US * (i + 1), g.util) for i in range(5)]
+            g.sample_clock_us = fresh[-1][0]
+        else:
+            fresh = [(t, v) for t, v in g.util_samples if t > last_seen_us]
+        if not fresh:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return 1, [SimpleNamespace(timeStamp=t, sampleValue=SimpleNamespace(uiVal=v)) for t, v in fresh]
 
     def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
         g = self._gpu(h, "memory")

@@ -43,7 +43,8 @@ DEVICE_CALLS: dict[str, Callable[[GpuSample], object]] = {
     "nvmlDeviceGetPciInfo": lambda s: s.pci_bus_id,
     "nvmlDeviceGetMaxPcieLinkGeneration": lambda s: s.pcie_link.max_gen,
     "nvmlDeviceGetMaxPcieLinkWidth": lambda s: s.pcie_link.max_width,
-    "nvmlDeviceGetUtilizationRates": lambda s: (s.util_percent, s.mem_util_percent),
+    # GPU utilisation comes from the samples (below); the rates give memory utilisation
+    "nvmlDeviceGetUtilizationRates": lambda s: s.mem_util_percent,
     "nvmlDeviceGetMemoryInfo": lambda s: (s.mem_used_bytes, s.mem_total_bytes),
     "nvmlDeviceGetFieldValues": lambda s: (s.pcie_tx_window_bytes_per_s, s.pcie_rx_bytes_total),
     "nvmlDeviceGetCurrPcieLinkGeneration": lambda s: s.pcie_link.gen,
@@ -57,7 +58,9 @@ FALLBACK_CALLS: dict[str, Callable[[GpuSample], object]] = {
     "nvmlDeviceGetPcieThroughput": lambda s: (s.pcie_tx_window_bytes_per_s, s.pcie_rx_window_bytes_per_s),
 }
 # Answers nothing in the fake: failing must only not disturb the rest.
-QUIET_CALLS = ["nvmlDeviceGetGraphicsRunningProcesses"]
+# Failing, these leave every field known: graphics processes are an addition, and the
+# utilisation samples fall back to the rates' reading.
+QUIET_CALLS = ["nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetSamples"]
 ALL_DEVICE_CALLS = [*DEVICE_CALLS, *FALLBACK_CALLS, *QUIET_CALLS]
 
 

@@ -118,7 +118,7 @@ def test_one_failing_call_leaves_the_rest(call, error):
     (s,) = gateway(FakeGpu(fail={call: error}, pids=[(7, None)])).sample()
     assert not s.lost
     values = {
-        "util": s.util_percent,
+        "util": s.mem_util_percent,  # GPU utilisation comes from the samples
         "memory": s.mem_used_bytes,
         "gen": s.pcie_link.gen,
         "power": s.power_w,
@@ -170,3 +170,39 @@ def test_real_module_without_driver_is_cpu_only_in_one_line():
 def test_unavailable_memory_sentinel_is_unknown():
     (s,) = gateway(FakeGpu(pids=[(9, (1 << 64) - 1)])).sample()
     assert [(p.pid, p.used_memory_bytes) for p in s.processes] == [(9, None)]
+
+
+# -- GPU utilisation from NVML's samples -------------------------------------------------
+
+T0 = 1_800_000_000_000_000  # an NVML timestamp, us
+
+
+def test_utilisation_is_the_mean_of_the_samples_since_the_last_tick():
+    """The H200's pattern under a load busy 30% of each second (bench/nvml_util_probe.py):
+    samples every 200 ms of 90, 53, 0, 0, 0 while the rates' last period said 0."""
+    seconds = [[90, 53, 0, 0, 0], [92, 53, 0, 0, 0]]
+    buffer = [(T0 + i * 200_000, v) for i, v in enumerate([0, 0, 0, 0, 0, *seconds[0]])]
+    gpu = FakeGpu(util=0, util_samples=buffer)
+    g = gateway(gpu)
+    (s,) = g.sample()
+    assert s.util_percent == round(sum(seconds[0]) / 5)  # first tick: the last second only
+    assert s.mem_util_percent == 40  # still the rates'
+    gpu.util_samples = buffer + [(T0 + (10 + i) * 200_000, v) for i, v in enumerate(seconds[1])]
+    (s,) = g.sample()
+    assert s.util_percent == round(sum(seconds[1]) / 5)  # only the samples new since the last tick
+
+
+def test_no_new_sample_falls_back_to_the_rates_reading():
+    gpu = FakeGpu(util=61, util_samples=[(T0, 10), (T0 + 200_000, 30)])
+    g = gateway(gpu)
+    assert g.sample()[0].util_percent == 20
+    (s,) = g.sample()  # a tick shorter than the driver's period: NVML says Not Found
+    assert s.util_percent == 61 and not s.lost
+    assert gpu.calls["samples"] == 2  # Not Found is not Not Supported: asked again next tick
+
+
+def test_samples_not_supported_use_the_rates_and_are_not_asked_again():
+    gpu = FakeGpu(util=73, fail={"samples": NVML_ERROR_NOT_SUPPORTED})
+    g = gateway(gpu)
+    assert [g.sample()[0].util_percent for _ in range(3)] == [73, 73, 73]
+    assert gpu.calls["samples"] == 1

@@ -107,7 +107,11 @@ FINDING = MetricSpec(
 GPU_INFO = MetricSpec(
     "affmon_gpu_info", "gauge", GPU_INFO_LABELS, "Always 1. A GPU's model, UUID and PCI address, by NVML index."
 )
-GPU_UTILIZATION = _gpu("utilization_ratio", "gauge", "Share of the last NVML sample period a kernel ran (0..1).")
+GPU_UTILIZATION = _gpu(
+    "utilization_ratio",
+    "gauge",
+    "Share of the sampling interval a kernel ran (0..1): the mean of NVML's utilisation samples.",
+)
 GPU_MEMORY_USED = _gpu("memory_used_bytes", "gauge", "GPU memory in use.")
 GPU_MEMORY_TOTAL = _gpu("memory_total_bytes", "gauge", "GPU memory in all.")
 _PCIE = (
