@@ -12,11 +12,14 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import NoReturn
 
 from affmon import __version__
 from affmon.commands.argtypes import count, pid, seconds, speed
+from affmon.commands.escaped_output import escaped_streams
 from affmon.core.errors import AffmonError
+from affmon.core.fmt import term_safe
 
 EXIT_USAGE = 2
 
@@ -33,12 +36,15 @@ COMMANDS = {
     "export": ("export", "cmd_export"),
     "tui": ("tui", "cmd_tui"),  # no subcommand: the monitor
 }
+# Commands whose output is not escaped: the monitor draws with escape sequences, and a
+# recording or the exporter's output is data (JSON lines, Prometheus text) written as is.
+RAW_OUTPUT = frozenset({"tui", "record", "export"})
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """argparse prints usage plus the error; we print one line, like every other error."""
-        sys.stderr.write(f"affmon: {message} (see affmon --help)\n")
+        sys.stderr.write(f"affmon: {term_safe(message)} (see affmon --help)\n")
         raise SystemExit(EXIT_USAGE)
 
 
@@ -81,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--duration", type=seconds, default=10.0, metavar="SECONDS")
     rec.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS")
     rec.add_argument("--pid", type=pid, action="append", default=[], help="watch PID and its descendants")
-    rec.add_argument("--all", action="store_true", help="watch every process")
+    rec.add_argument("--all", action="store_true", help="watch every process (and record every command line)")
+    rec.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
 
     diag = sub.add_parser("diagnose", help="what is wrong with the training jobs' CPU placement")
     diag.add_argument("--pid", type=pid, action="append", default=[], help="diagnose PID and its descendants")
@@ -102,7 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--cpus", metavar="LIST", help="CPUs to pin to, e.g. 0-7,16-23")
     what.add_argument("--suggest", action="store_true", help="pin to affmon's suggested core set")
     pin.add_argument("--with-children", action="store_true", help="also pin its descendants (DataLoader workers)")
-    pin.add_argument("--isolate", action="store_true", help="also move other busy tasks off those CPUs")
+    pin.add_argument(
+        "--isolate", action="store_true", help="also move your other busy processes off those CPUs (root: not PID 1)"
+    )
+    pin.add_argument(
+        "--isolate-all",
+        action="store_true",
+        help="with --isolate: also move other users' processes and deliberately pinned ones",
+    )
     pin.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     pin.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling for --suggest")
     pin.add_argument("--json", action="store_true", help="print JSON")
@@ -128,15 +142,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    module, function = COMMANDS[args.command or "tui"]
+    """Parse, run the command, and end every ``AffmonError`` as one escaped line. A text
+    command's output is escaped as a backstop (``escaped_output``): a name a renderer
+    missed still cannot send an escape sequence to the terminal."""
+    with escaped_streams():  # a usage error quotes what was typed
+        args = build_parser().parse_args(argv)
+    name = args.command or "tui"
+    module, function = COMMANDS[name]
     try:
-        command = getattr(importlib.import_module(f"affmon.commands.{module}"), function)
-        status: int = command(args)
-        return status
+        with nullcontext() if name in RAW_OUTPUT else escaped_streams():
+            command = getattr(importlib.import_module(f"affmon.commands.{module}"), function)
+            status: int = command(args)
+            return status
     except AffmonError as exc:
-        sys.stderr.write(f"affmon: {exc}\n")
+        sys.stderr.write(f"affmon: {term_safe(str(exc))}\n")  # a file or process name in it stays on this line
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from affmon.core.cpuset import EMPTY, CpuSet, format_cpulist
+from affmon.core.fmt import term_safe
 from affmon.core.topology import Topology, normalize_bus_id
 
 
@@ -41,7 +42,7 @@ def allowed_pool(topology: Topology, allowed_cpus: CpuSet | None) -> tuple[CpuSe
 
 def gpu_domain(topology: Topology, bus_id: str, allowed: CpuSet) -> Domain:
     """The domain of one GPU within ``allowed`` (rule 1)."""
-    shown = normalize_bus_id(bus_id)
+    shown = term_safe(normalize_bus_id(bus_id))  # a bus id from an hwloc file or a recording is foreign text
     gpu = topology.gpu(bus_id)
     fallback = f"the allowed CPUs {fmt_cpus(allowed)}"
     if gpu is None:

@@ -1,4 +1,5 @@
-"""Short, aligned text for numbers with units: what every cell of the TUI shows.
+"""Short, aligned text for numbers with units: what every cell of the TUI shows, and
+``term_safe``: how text from other users (names, command lines) reaches a terminal.
 
 Pure string functions. Unknown values (``None``) are shown as ``-``, never as a made-up
 zero. Widths are fixed per kind so columns line up (right-aligned by the caller).
@@ -11,6 +12,52 @@ from collections.abc import Iterable
 from affmon.core.cpuset import format_cpulist
 
 UNKNOWN = "-"
+
+# Code points a terminal acts on instead of showing. Any user can put them in a process or
+# thread name (/proc/self/comm, prctl) or a command line, and a recording is JSON that may
+# hold any code point:
+# - C0 controls: ESC starts the sequences that set the window title ("\x1b]0;...\x07")
+#   or wipe the screen ("\x1b[2J"); "\n" and "\r" forge lines;
+# - DEL, and the C1 controls (U+009B is a one-character CSI where 8-bit controls are on);
+# - U+2028/U+2029 (line and paragraph separators);
+# - the bidirectional marks, embeddings, overrides and isolates (U+061C, U+200E/F,
+#   U+202A-202E, U+2066-2069): they reorder what follows them on the line;
+# - lone surrogates (U+D800-DFFF): no UTF-8 encoding exists, so printing one raises.
+_TERMINAL_ACTIVE = (
+    *range(0x00, 0x20),
+    0x7F,
+    *range(0x80, 0xA0),
+    0x061C,
+    0x200E,
+    0x200F,
+    0x2028,
+    0x2029,
+    *range(0x202A, 0x202F),
+    *range(0x2066, 0x206A),
+    *range(0xD800, 0xE000),
+)
+_TERM_SAFE = dict.fromkeys(_TERMINAL_ACTIVE, "?")
+# affmon's own layout: the lines and tabs it writes itself.
+_LAYOUT = (ord("\n"), ord("\t"))
+_TERM_SAFE_OUTPUT = {code: mark for code, mark in _TERM_SAFE.items() if code not in _LAYOUT}
+
+
+def term_safe(text: str) -> str:
+    """``text`` as a terminal may show it: each code point a terminal would act on (see
+    ``_TERMINAL_ACTIVE``; "\\n" and "\\t" included) becomes ``?``, as ``ps`` shows such names.
+    One code point in, one out, so lengths and cuts stay where they were. For every foreign
+    string made into display text: process and thread names, command lines, users, GPU
+    names, PCI ids, host and file names. JSON keeps the raw value (``json.dumps`` escapes)."""
+    if text.isascii() and text.isprintable():  # nearly every name: no table walk
+        return text
+    return text.translate(_TERM_SAFE)
+
+
+def term_safe_output(text: str) -> str:
+    """``term_safe`` for whole lines of affmon's own output: "\\n" and "\\t" stay (the
+    layout), every other code point a terminal would act on becomes ``?``."""
+    return text.translate(_TERM_SAFE_OUTPUT)
+
 
 # Finding codes as the process table shows them (full codes in the detail pane).
 SHORT_CODES = {

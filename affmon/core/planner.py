@@ -50,6 +50,7 @@ from affmon.core.domains import (
     slices,
     union,
 )
+from affmon.core.fmt import term_safe
 from affmon.core.topology import Topology, normalize_bus_id
 
 # A process using less than this (percent of one CPU) is noise, not a tenant to move.
@@ -331,7 +332,9 @@ def suggest(
     movers = [o for o in busy if o.cpus & cpus]
     move_off = tuple(sorted({o.pid for o in movers}))
     if move_off:
-        named = ", ".join(f"{o.pid} ({o.name}, {o.cpu_percent:.0f}%)" for o in sorted(movers, key=lambda o: o.pid))
+        named = ", ".join(
+            f"{o.pid} ({term_safe(o.name)}, {o.cpu_percent:.0f}%)" for o in sorted(movers, key=lambda o: o.pid)
+        )
         warnings.append(
             f"This only helps if {named} move{'s' if len(move_off) == 1 else ''} off CPUs {fmt_cpus(cpus)} "
             "(pin --isolate): narrowing a job's mask while other busy threads stayed on its cores made it slower "

@@ -1,11 +1,16 @@
 """Plain-text and JSON shapes of a topology and of a snapshot (``affmon topology`` and
-``affmon snapshot``). Pure: takes values, returns strings and dicts."""
+``affmon snapshot``). Pure: takes values, returns strings and dicts.
+
+The JSON keeps every name as it is (``json.dumps`` escapes control characters); the text
+shows each foreign string (process and thread names, command lines, users, GPU names, bus
+ids, NVML's status) through ``term_safe``, so a name cannot move the cursor or forge a line."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from affmon.core.cpuset import CpuSet, format_cpulist
+from affmon.core.fmt import term_safe
 from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
 from affmon.core.topology import Topology
 
@@ -124,7 +129,7 @@ def _bytes_per_s(value: float | None) -> str:
 def topology_text(t: Topology) -> str:
     smt = max((len(c.cpus) for c in t.cores), default=1)
     lines = [
-        f"source: {t.source}",
+        f"source: {term_safe(t.source)}",
         f"CPUs: {len(t.online_cpus)} online ({format_cpulist(t.online_cpus) or 'none'}), "
         f"allowed {format_cpulist(t.allowed_cpus) or 'none'}",
         f"packages: {len(t.packages)}, cores: {len(t.cores)} (up to {smt} threads each), "
@@ -132,7 +137,7 @@ def topology_text(t: Topology) -> str:
         "NUMA nodes:",
     ]
     for n in t.numa_nodes:
-        gpus = [g.pci_bus_id for g in t.gpus if g.numa_node == n.id]
+        gpus = [term_safe(g.pci_bus_id) for g in t.gpus if g.numa_node == n.id]
         note = f"  GPUs: {', '.join(gpus)}" if gpus else ""
         lines.append(f"  node {n.id}: CPUs {format_cpulist(n.cpus) or '(none: memory only)'}{note}")
     for p in t.packages:
@@ -144,7 +149,7 @@ def topology_text(t: Topology) -> str:
         for gpu in t.gpus:
             node = "unknown (firmware gives none)" if gpu.numa_node is None else str(gpu.numa_node)
             local = "unknown" if gpu.local_cpus is None else format_cpulist(gpu.local_cpus)
-            lines.append(f"  {gpu.pci_bus_id} {gpu.vendor}: NUMA node {node}, local CPUs {local}")
+            lines.append(f"  {term_safe(gpu.pci_bus_id)} {term_safe(gpu.vendor)}: NUMA node {node}, local CPUs {local}")
     else:
         lines.append("GPUs: none found on the PCI bus")
     return "\n".join(lines)
@@ -153,15 +158,16 @@ def topology_text(t: Topology) -> str:
 def snapshot_text(snap: Snapshot, nvml_status: str | None = None, threads: bool = True) -> str:
     out = [topology_text(snap.topology), ""]
     if nvml_status:
-        out.append(nvml_status)
+        out.append(term_safe(nvml_status))
     for g in snap.gpus:
         s = g.sample
+        name, bus_id = term_safe(s.name or ""), term_safe(s.pci_bus_id or "")
         if s.lost:
-            out.append(f"GPU {s.index} {s.name or ''} {s.pci_bus_id or ''}: LOST (NVML GPU_IS_LOST)")
+            out.append(f"GPU {s.index} {name} {bus_id}: LOST (NVML GPU_IS_LOST)")
             continue
         link = s.pcie_link
         out.append(
-            f"GPU {s.index} {s.name or '?'} {s.pci_bus_id or '?'}: util {_fmt(s.util_percent, 'd')}%, "
+            f"GPU {s.index} {name or '?'} {bus_id or '?'}: util {_fmt(s.util_percent, 'd')}%, "
             f"mem {_fmt(s.mem_util_percent, 'd')}%, PCIe rx {_bytes_per_s(g.pcie_rx_bytes_per_s)} "
             f"tx {_bytes_per_s(g.pcie_tx_bytes_per_s)}, link gen {_fmt(link.gen, 'd')}/{_fmt(link.max_gen, 'd')} "
             f"x{_fmt(link.width, 'd')}/{_fmt(link.max_width, 'd')}, "
@@ -181,18 +187,19 @@ def snapshot_text(snap: Snapshot, nvml_status: str | None = None, threads: bool 
         ps = p.sample
         main = ps.main_thread
         out.append(
-            f"{ps.pid:>8} {(ps.user or '?')[:10]:<10} {_fmt(p.cpu_percent, '7.1f'):>7} "
+            f"{ps.pid:>8} {term_safe(ps.user or '?')[:10]:<10} {_fmt(p.cpu_percent, '7.1f'):>7} "
             f"{_fmt(p.wait_ratio, '6.2f'):>6} "
             f"{_fmt(p.voluntary_switches_per_s, '7.0f'):>7} {_fmt(p.involuntary_switches_per_s, '7.0f'):>7} "
             f"{_fmt(p.migrations_per_s, '7.0f'):>7}  {format_cpulist(p.ran_on_cpus) or '-':<14} "
             f"{','.join(map(str, p.ran_on_numa_nodes)) or '-':<6} "
-            f"{_cpus(main.allowed_cpus if main else None) or '?':<14} {(ps.cmdline or ps.name)[:60]}"
+            f"{_cpus(main.allowed_cpus if main else None) or '?':<14} {term_safe((ps.cmdline or ps.name)[:60])}"
         )
         if threads:
             for t in p.threads:
                 ts = t.sample
                 out.append(
-                    f"{'':>3}{ts.tid:>8} {ts.name[:15]:<15} {ts.state} psr {_fmt(ts.psr, 'd'):>3} "
+                    f"{'':>3}{ts.tid:>8} {term_safe(ts.name[:15]):<15} {term_safe(ts.state)} "
+                    f"psr {_fmt(ts.psr, 'd'):>3} "
                     f"cpu {_fmt(t.cpu_percent, '5.1f'):>5}% wait {_fmt(t.wait_ratio, '4.2f'):>4} "
                     f"vcs {_fmt(t.voluntary_switches_per_s, '.0f')}/s "
                     f"ics {_fmt(t.involuntary_switches_per_s, '.0f')}/s "

@@ -6,6 +6,11 @@ one cell per CPU. Widgets render these and nothing else, so everything a person 
 be tested here without a terminal. Thread rows and the selected process's detail are
 built on demand (``thread_rows``) from the snapshot the view carries, since a machine
 can have thousands of threads and only a few are on screen.
+
+Rows are display text: every foreign string in them (process and thread names, command
+lines, users, thread states, GPU names and bus ids) has passed through ``term_safe``, so
+no widget can send a name's escape sequence to the terminal. The raw values stay in the
+snapshot the view carries (JSON and the rules use those).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass
 
 from affmon.core.cpuset import EMPTY, CpuSet
 from affmon.core.findings import DEFAULT_THRESHOLDS, Finding, Job, Severity, demand, find_jobs
+from affmon.core.fmt import term_safe
 from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
 
 # Another process's CPU use on a CPU that makes it a contender there (findings.py uses
@@ -39,6 +45,7 @@ class HeaderView:
     processes: int  # processes sampled in the last tick
     watched: int  # processes watched (training, --pid, or all)
     sample_cost_s: float  # what the last sample cost to read
+    notice: str | None = None  # what the views cannot see (hidepid), shown in the header
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +223,10 @@ def _mask(p: ProcessRates) -> tuple[CpuSet | None, bool]:
     return mask, varies
 
 
+def _safe(text: str | None) -> str | None:
+    return None if text is None else term_safe(text)
+
+
 def _add(a: float | None, b: float | None) -> float | None:
     if a is None and b is None:
         return None
@@ -259,9 +270,9 @@ def process_rows(snapshot: Snapshot, jobs: Sequence[Job], findings: Sequence[Fin
             ProcessRow(
                 pid=s.pid,
                 ppid=s.ppid,
-                name=s.name,
-                cmdline=s.cmdline,
-                user=s.user,
+                name=term_safe(s.name),
+                cmdline=_safe(s.cmdline),
+                user=_safe(s.user),
                 role=role.get(s.pid, "process"),
                 job_pid=job_of.get(s.pid),
                 gpus=s.gpu_indices,
@@ -287,8 +298,8 @@ def thread_row(pid: int, t: ThreadRates, seconds: float) -> ThreadRow:
     return ThreadRow(
         pid=pid,
         tid=s.tid,
-        name=s.name,
-        state=s.state,
+        name=term_safe(s.name),
+        state=term_safe(s.state),
         psr=s.psr,
         mask=s.allowed_cpus,
         cpu_percent=t.cpu_percent,
@@ -313,8 +324,8 @@ def gpu_row(g: GpuRates) -> GpuRow:
     link = s.pcie_link
     return GpuRow(
         index=s.index,
-        name=s.name,
-        pci_bus_id=s.pci_bus_id,
+        name=_safe(s.name),
+        pci_bus_id=_safe(s.pci_bus_id),
         lost=s.lost,
         util_percent=s.util_percent,
         mem_used_bytes=s.mem_used_bytes,

@@ -6,7 +6,8 @@ that worker alone) and posts the immutable ``View`` it returns. The next tick is
 scheduled only when the current one has finished, so a slow tick (NVML, thousands of
 threads) delays the next one and never piles up. Everything else here is the UI thread:
 it lays the view out, keeps view state (selection, sort, filter, toggles) and asks the
-pinner only after a confirmation screen.
+pinner only after a confirmation screen. The status line shows errors and findings'
+messages through ``term_safe`` (a bad recording's error quotes its text).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
+from affmon.core.fmt import term_safe
 from affmon.core.monitor import HISTORY_LEN, Monitor
 from affmon.core.table import SORTS, TableOptions, next_sort, process_key, table_rows
 from affmon.core.views import ProcessRow, View, thread_rows
@@ -254,15 +256,15 @@ class AffmonApp(App[None]):
         text = " · ".join(parts)
         row = self.selected_row()
         worst = self.view.findings_of(row.pid)[0] if self.view and row and self.view.findings_of(row.pid) else None
-        status = Text(text, no_wrap=True, overflow="ellipsis")
+        status = Text(term_safe(text), no_wrap=True, overflow="ellipsis")
         if self._error:
-            status = Text(self._error, style=p.error)
+            status = Text(term_safe(self._error), style=p.error)
         elif self._note:
-            status.append(f" · {self._note}")
+            status.append(f" · {term_safe(self._note)}")
         elif worst is not None:
             status.append(" · ")
             status.append(worst.code, style=p.severity(worst.severity))
-            status.append(f": {worst.message}")
+            status.append(f": {term_safe(worst.message)}")
         self.query_one("#status", QuietStatic).put(status)
 
     # -- actions --------------------------------------------------------------------

@@ -1,5 +1,9 @@
 """The detail pane for the selected process: what it is, its findings with their
-evidence and the suggested CPUs, its threads, and a history of its wait ratio and CPU."""
+evidence and the suggested CPUs, its threads, and a history of its wait ratio and CPU.
+
+Rows come escaped from ``views``; a finding's evidence holds raw names (for JSON), so the
+evidence shown here passes through ``term_safe``. Every text is a Rich ``Text``, never
+markup, so a name such as ``[bold]x`` is shown as it is."""
 
 from __future__ import annotations
 
@@ -34,8 +38,8 @@ def _evidence(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, list | dict):
-        return json.dumps(value, separators=(", ", ": "))
-    return str(value)
+        return json.dumps(value, separators=(", ", ": "))  # ensure_ascii: no control character survives
+    return fmt.term_safe(str(value))
 
 
 def detail_text(row: ProcessRow | None, findings: Sequence[Finding], p: Palette) -> Text:
@@ -62,17 +66,19 @@ def detail_text(row: ProcessRow | None, findings: Sequence[Finding], p: Palette)
         out.append(f"{str(f.severity).upper()} {f.code}", style=f"bold {color}")
         if f.pid is not None and f.pid != row.pid:
             out.append(f" (job {f.pid})", style=p.muted)
-        out.append(f"\n  {f.message}\n")
+        out.append(f"\n  {fmt.term_safe(f.message)}\n")
         shown = {k: v for k, v in f.evidence.items() if k not in ("also", "worst_threads", "others")}
         if shown:
             out.append("  " + "  ".join(f"{k}={_evidence(v)}" for k, v in shown.items()) + "\n", style=p.muted)
         others = f.evidence.get("others")
         if isinstance(others, list) and others:
-            names = ", ".join(f"{o['pid']} {o['name']} {o['cpu_percent']}% on {o['cpus']}" for o in others[:6])
+            names = ", ".join(
+                fmt.term_safe(f"{o['pid']} {o['name']} {o['cpu_percent']}% on {o['cpus']}") for o in others[:6]
+            )
             more = f" and {len(others) - 6} more" if len(others) > 6 else ""
             out.append(f"  others: {names}{more}\n", style=p.muted)
         if f.suggestion:
-            out.append(f"  suggested CPUs {f.suggestion.get('cpus')}", style=p.success)
+            out.append(fmt.term_safe(f"  suggested CPUs {f.suggestion.get('cpus')}"), style=p.success)
             out.append(" · press r to review and apply\n", style=p.muted)
     return out
 

@@ -71,7 +71,7 @@ class GpuPanel(QuietStatic):
     def show(self, gpus: Sequence[GpuRow], p: Palette, nvml_status: str | None) -> None:
         self._last = (gpus, p, nvml_status)
         if not gpus:
-            self.put(Text(nvml_status or "no GPUs", style=p.muted))
+            self.put(Text(fmt.term_safe(nvml_status or "no GPUs"), style=p.muted))
             return
         compact = 0 < self.size.width < 98
         self.put(Text("\n").join(gpu_line(g, p, compact) for g in gpus))

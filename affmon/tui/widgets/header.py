@@ -1,5 +1,7 @@
 """The header line: host, CPUs / cores / NUMA nodes / GPUs, interval, NVML, source,
-paused. Segments that do not fit the width are dropped, least important first."""
+paused. Segments that do not fit the width are dropped, least important first. The host
+name, NVML's status and the replayed file's name come from outside (a recording is any
+JSON) and are shown through ``term_safe``."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import time
 
 from rich.text import Text
 
+from affmon.core.fmt import term_safe
 from affmon.core.views import HeaderView
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.quiet import QuietStatic
@@ -23,7 +26,7 @@ def nvml_ok(status: str | None) -> bool:
 def header_segments(h: HeaderView, *, paused: bool, clock_text: str) -> list[tuple[int, str, str]]:
     """(priority, text, style role) segments, in screen order; lower priority is dropped
     first. Roles: "title", "", "muted", "warning", "error"."""
-    segments: list[tuple[int, str, str]] = [(9, "affmon", "title"), (8, h.host, "")]
+    segments: list[tuple[int, str, str]] = [(9, "affmon", "title"), (8, term_safe(h.host), "")]
     segments.append(
         (
             7,
@@ -34,10 +37,12 @@ def header_segments(h: HeaderView, *, paused: bool, clock_text: str) -> list[tup
     )
     segments.append((5, f"every {h.interval_s:g} s", "muted"))
     if nvml_ok(h.nvml_status):
-        segments.append((2, str(h.nvml_status), "muted"))
+        segments.append((2, term_safe(str(h.nvml_status)), "muted"))
     else:
-        segments.append((8, h.nvml_status or "no NVML: running CPU-only", "warning"))
-    source = h.source + (f" {h.position}" if h.position else "")
+        segments.append((8, term_safe(h.nvml_status or "no NVML: running CPU-only"), "warning"))
+    if h.notice:
+        segments.append((8, "other users' processes are hidden (/proc hidepid)", "warning"))
+    source = term_safe(h.source) + (f" {h.position}" if h.position else "")
     if h.finished:
         source += " (ended)"
     segments.append((6 if h.source != "live" else 3, source, "warning" if h.finished else "muted"))

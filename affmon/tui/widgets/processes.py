@@ -2,7 +2,9 @@
 process (and per thread with ``t``). Rows are keyed ("p:PID", "t:PID:TID"): when the
 order of keys is unchanged only the cells that changed are updated; when it changed
 (a process came or went, the sort moved rows) the rows are laid anew and the cursor is
-put back on the same key, with the scroll position kept, so selection never jumps."""
+put back on the same key, with the scroll position kept, so selection never jumps.
+
+Cells are Rich ``Text`` (never markup) made from rows whose names ``views`` has escaped."""
 
 from __future__ import annotations
 
