@@ -230,7 +230,7 @@ def run_placement(p: Placement, out: Path, gpus: int, window: float, tag: str) -
         )
         print(f"  {name}: ranks {ranks} ready after {time.time() - started:.0f} s", flush=True)
         recorder = subprocess.Popen(
-            [PY, "-m", "affmon", "record", str(out / f"{tag}.jsonl"), "--duration", str(3 * window + 30)],
+            [PY, "-m", "affmon", "record", "--force", str(out / f"{tag}.jsonl"), "--duration", str(3 * window + 30)],
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdout=subprocess.DEVNULL,
             stderr=(out / f"{tag}.record.err").open("w"),

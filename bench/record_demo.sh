@@ -12,7 +12,7 @@ $py bench/train_job.py --seconds 200 --report-every 2 >"$logs/job.log" 2>&1 &
 job=$!
 for _ in $(seq 120); do grep -q READY "$logs/job.log" && break; sleep 1; done
 pid=$(sed -n 's/READY pid=\([0-9]*\).*/\1/p' "$logs/job.log")
-$py -m affmon record "$logs/demo.jsonl" --duration 45 --interval 1 2>>"$logs/record.err" &
+$py -m affmon record "$logs/demo.jsonl" --force --duration 45 --interval 1 2>>"$logs/record.err" &
 rec=$!
 sleep 20
 $py -m affmon pin "$pid" --suggest --with-children --isolate --json >"$out/demo_pin.json" 2>&1

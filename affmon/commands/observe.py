@@ -9,9 +9,10 @@ import time
 
 from affmon.collect.sampler import Selection
 from affmon.commands.common import live_sources, load_topology
-from affmon.core.errors import SourceError
+from affmon.commands.record_output import open_output
+from affmon.core.fmt import term_safe
 from affmon.core.rates import make_snapshot
-from affmon.core.recording import header_line, sample_line
+from affmon.core.recording import header_line, private_sample, sample_line
 from affmon.core.report import snapshot_json, snapshot_text, topology_text
 
 
@@ -33,28 +34,36 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(snapshot_json(snapshot, src.nvml_status), indent=2))
     else:
+        if src.notice:
+            print(f"note: {src.notice}")
         print(snapshot_text(snapshot, src.nvml_status, threads=not args.no_threads))
     return 0
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    """Write a header line, then one sample per interval for ``--duration`` seconds."""
+    """Write a header line, then one sample per interval for ``--duration`` seconds. The
+    other processes on the machine are sampled too, as evidence of what shares the
+    watched ones' CPUs, but only the watched processes' command lines are written
+    (every one with ``--all``); the file is new and private (``record_output``)."""
     selection = Selection(pids=tuple(args.pid), all=args.all, others=True)
-    try:
-        out = sys.stdout if args.file == "-" else open(args.file, "w", encoding="utf-8")  # noqa: SIM115
-    except OSError as exc:
-        raise SourceError(f"cannot write {args.file}: {exc.strerror}") from None
     count = 0
-    with out, live_sources(selection) as src:
-        out.write(header_line(src.topology, src.host, src.nvml_status, args.interval) + "\n")
-        ticks = int(args.duration / args.interval + 1e-9) + 1  # samples at 0, interval, ..., duration
-        next_tick = time.monotonic()
-        for count in range(1, ticks + 1):
-            out.write(sample_line(src.sampler.sample()) + "\n")
-            out.flush()
-            if count < ticks:
-                next_tick += args.interval
-                time.sleep(max(0.0, next_tick - time.monotonic()))
+    with live_sources(selection) as src:
+        out = open_output(args.file, force=args.force)
+        try:
+            out.write(header_line(src.topology, src.host, src.nvml_status, args.interval) + "\n")
+            ticks = int(args.duration / args.interval + 1e-9) + 1  # samples at 0, interval, ..., duration
+            next_tick = time.monotonic()
+            for count in range(1, ticks + 1):
+                sample = src.sampler.sample()
+                out.write(sample_line(sample if args.all else private_sample(sample)) + "\n")
+                out.flush()
+                if count < ticks:
+                    next_tick += args.interval
+                    out.wait(max(0.0, next_tick - time.monotonic()))
+        except BaseException:
+            out.close(quiet=True)
+            raise
+        out.close()
     if args.file != "-":
-        print(f"recorded {count} samples to {args.file}", file=sys.stderr)
+        print(f"recorded {count} samples to {term_safe(args.file)}", file=sys.stderr)
     return 0

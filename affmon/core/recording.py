@@ -4,6 +4,11 @@ used as test data.
 Line 1 is a header: ``{"affmon_recording": 1, "topology": {...}, "host": ..., "nvml": ...,
 "interval_s": ...}``; every following line is ``{"sample": {...}}``, one tick. CPU sets
 are kernel cpulists. Readers refuse other versions with a one-line ``ParseError``.
+
+A recording keeps the command lines of the watched processes only (``private_sample``):
+the other processes are sampled as evidence of what else runs on the job's CPUs, and
+their command lines (shell setup, agents' flags, tokens passed as arguments) are not
+about the job.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
@@ -307,6 +312,50 @@ def sample_line(sample: Sample) -> str:
     return json.dumps({"sample": sample_to_json(sample)}, separators=(",", ":"))
 
 
+def private_sample(sample: Sample) -> Sample:
+    """The sample with the command line of every process that is not watched made null
+    (its name, threads and counters kept): what ``affmon record`` writes without
+    ``--all``. A kernel thread's empty command line says nothing and stays."""
+    if all(p.watched or not p.cmdline for p in sample.processes):
+        return sample
+    return replace(
+        sample,
+        processes=tuple(p if p.watched or not p.cmdline else replace(p, cmdline=None) for p in sample.processes),
+    )
+
+
+def parse_sample_line(text: str, name: str, number: int) -> Sample:
+    """One ``{"sample": ...}`` line; any fault is one ``ParseError`` naming the line."""
+    try:
+        return sample_from_json(json.loads(text)["sample"])
+    except ParseError as exc:
+        raise ParseError(f"{name}, line {number}: {exc}") from None
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: lists nested thousands deep
+        raise ParseError(f"{name}, line {number}: bad sample: {exc}") from None
+
+
+# 2**33 s after the epoch is in the year 2242. A wall time outside [0, 2**33) is no time a
+# sample was taken, and one of 1e20 s overflows time.localtime, which the monitor's header
+# calls to show the clock.
+WALL_TIME_LIMIT_S = float(2**33)
+
+
+def check_replay_order(sample: Sample, previous: Sample | None, name: str, number: int) -> None:
+    """What a replay needs beyond a well-formed sample: a wall time that is a plausible
+    epoch, and a monotonic clock that moved on since the previous sample (rates and the
+    replay's pace are differences between the two)."""
+    if not 0 <= sample.wall_time_s < WALL_TIME_LIMIT_S:
+        raise ParseError(
+            f"{name}, line {number}: wall_time_s {sample.wall_time_s:g} is not a time "
+            f"between 1970 and 2242 (seconds since the epoch)"
+        )
+    if previous is not None and not sample.monotonic_s > previous.monotonic_s:
+        raise ParseError(
+            f"{name}, line {number}: monotonic_s {sample.monotonic_s:g} is not after the previous "
+            f"sample's {previous.monotonic_s:g}; samples must be in the order they were taken"
+        )
+
+
 def read_recording(lines: Iterable[str], name: str = "recording") -> tuple[Header, Iterator[Sample]]:
     """Parse the header now and the samples lazily; any fault is one ``ParseError`` line."""
     it = iter(lines)
@@ -335,13 +384,7 @@ def read_recording(lines: Iterable[str], name: str = "recording") -> tuple[Heade
 
     def samples() -> Iterator[Sample]:
         for number, line in enumerate(it, start=2):
-            if not line.strip():
-                continue
-            try:
-                yield sample_from_json(json.loads(line)["sample"])
-            except ParseError as exc:
-                raise ParseError(f"{name}, line {number}: {exc}") from None
-            except (ValueError, KeyError, TypeError, RecursionError) as exc:
-                raise ParseError(f"{name}, line {number}: bad sample: {exc}") from None
+            if line.strip():
+                yield parse_sample_line(line, name, number)
 
     return header, samples()

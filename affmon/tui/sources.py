@@ -9,16 +9,20 @@ the AFFINITY_DRIFT rule).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
-import json
+import io
 import os
-from collections.abc import Mapping
+import zlib
+from collections import deque
+from collections.abc import Generator, Iterator
 from typing import Protocol
 
-from affmon.core.cpuset import CpuSet
-from affmon.core.errors import ParseError, SourceError
+from affmon.core.errors import AffmonError, ParseError, SourceError
+from affmon.core.findings import ExpectedMasks
+from affmon.core.lines import split_lines
 from affmon.core.monitor import SourceInfo
-from affmon.core.recording import Header, read_recording, sample_from_json
+from affmon.core.recording import Header, check_replay_order, parse_sample_line, read_recording
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
 
@@ -40,7 +44,7 @@ class Source(Protocol):
         """Seconds to wait, after a tick finishes, before the next."""
         ...
 
-    def expected_masks(self) -> Mapping[int, CpuSet]: ...
+    def expected_masks(self) -> ExpectedMasks: ...
 
     def close(self) -> None: ...
 
@@ -57,7 +61,9 @@ class LiveSource:
         self.topology = self._sources.topology
         self.sampler = self._sources.sampler
         self.interval_s = interval_s
-        self.info = SourceInfo(self._sources.host, self._sources.nvml_status, interval_s, "live")
+        self.info = SourceInfo(
+            self._sources.host, self._sources.nvml_status, interval_s, "live", notice=self._sources.notice
+        )
 
     def next_sample(self) -> Sample:
         return self.sampler.sample()
@@ -69,7 +75,7 @@ class LiveSource:
     def pace_s(self) -> float:
         return self.interval_s
 
-    def expected_masks(self) -> Mapping[int, CpuSet]:
+    def expected_masks(self) -> ExpectedMasks:
         from affmon.actions.journal import pinned_masks
 
         return pinned_masks()
@@ -78,76 +84,135 @@ class LiveSource:
         self._sources.close()
 
 
-def read_lines(path: str) -> list[str]:
-    """The lines of a recording, gzip or plain (told apart by the gzip magic bytes)."""
+CHUNK_BYTES = 1 << 20
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_lines(path: str, name: str | None = None) -> Generator[tuple[int, str], None, None]:
+    """The numbered, non-blank lines of a recording, gzip or plain (told apart by the
+    gzip magic bytes, so a FIFO works too), read a chunk at a time: memory holds one line
+    (at most ``MAX_LINE_BYTES``), whatever the file holds. A gzip stream that ends early
+    (a recording still being written, or one whose recorder was killed) ends the lines
+    there; a corrupt one is a ``ParseError``."""
+    name = name or os.path.basename(path)
     try:
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-        if gz:
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                return f.read().splitlines()
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
+        with open(path, "rb") as raw:
+            stream: io.BufferedIOBase = raw
+            if raw.peek(2)[:2] == GZIP_MAGIC:
+                stream = gzip.GzipFile(fileobj=raw, mode="rb")
+            yield from split_lines(_chunks(stream), name)
     except FileNotFoundError:
         raise SourceError(f"--replay {path}: no such file") from None
     except IsADirectoryError:
         raise SourceError(f"--replay {path}: is a directory, not a recording") from None
-    except OSError as exc:  # gzip.BadGzipFile is an OSError too
-        raise SourceError(f"--replay {path}: cannot read it ({exc})") from None
-    except (UnicodeDecodeError, EOFError) as exc:
-        raise ParseError(f"--replay {path}: not an affmon recording ({exc})") from None
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise ParseError(f"--replay {path}: cannot read it (corrupt gzip data: {exc})") from None
+    except OSError as exc:
+        raise SourceError(f"--replay {path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def _chunks(stream: io.BufferedIOBase) -> Iterator[bytes]:
+    while True:
+        try:
+            # read1: one read of the file per call, so the data decoded before a gzip
+            # stream's early end is returned, not lost with the EOFError.
+            chunk = stream.read1(CHUNK_BYTES)
+        except EOFError:  # gzip: the stream ends before its end marker
+            return
+        if not chunk:
+            return
+        yield chunk
 
 
 class ReplaySource:
-    """A recording played back at ``speed`` times the pace it was recorded at. The
-    header and the first sample are checked when it opens, so a file that is not a
-    recording is a one-line error before anything is drawn; samples are parsed as they
-    are played."""
+    """A recording played back at ``speed`` times the pace it was recorded at, read as it
+    is played (one line in memory at a time). When it opens, the header and the first two
+    samples are checked, and a regular file is read through once to count its samples
+    and check its framing (compression, line lengths, UTF-8), so such faults are one line
+    before anything is drawn. A later sample that is malformed, has an implausible wall
+    time or does not come after the one before (``check_replay_order``) is refused when
+    it is reached, naming its line; the samples before it are played."""
 
     def __init__(self, path: str, speed: float = 1.0) -> None:
         name = os.path.basename(path)
-        lines = read_lines(path)
-        header, _ = read_recording(lines[:1], name)
-        self.header: Header = header
-        self._lines = [line for line in lines[1:] if line.strip()]
-        if len(self._lines) < 2:
-            raise ParseError(f"{name}: {len(self._lines)} sample(s); a replay needs at least two")
         self._name = name
         self._speed = speed
-        self._next_index = 0
-        self._pending: Sample | None = self._parse(0)
-        self.topology = header.topology
-        label = f"replay {name}" + ("" if speed == 1 else f" ×{speed:g}")
-        self.info = SourceInfo(header.host or "?", header.nvml, header.interval_s or 1.0, label, len(self._lines))
-        self._gap_s = header.interval_s or 1.0
-
-    def _parse(self, index: int) -> Sample:
+        self._lines = read_lines(path, name)
         try:
-            return sample_from_json(json.loads(self._lines[index])["sample"])
-        except ParseError as exc:
-            raise ParseError(f"{self._name}, line {index + 2}: {exc}") from None
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
-            raise ParseError(f"{self._name}, line {index + 2}: bad sample: {exc}") from None
+            first = next(self._lines, None)
+            header, _ = read_recording([] if first is None else [first[1]], name)
+            total = None
+            if os.path.isfile(path):  # a FIFO cannot be read twice
+                total = sum(1 for _ in read_lines(path, name)) - 1
+                if total < 2:
+                    raise ParseError(f"{name}: {total} sample(s); a replay needs at least two")
+            self._remaining = total  # samples left to read, where counted (a file still growing stops there)
+            self._ahead: deque[Sample] = deque()  # read, not yet played
+            self._error: AffmonError | None = None
+            self._last: Sample | None = None  # the last sample read
+            for _ in range(2):
+                sample = self._read()
+                if sample is None:
+                    raise ParseError(f"{name}: {len(self._ahead)} sample(s); a replay needs at least two")
+                self._ahead.append(sample)
+        except BaseException:
+            self.close()
+            raise
+        self.header: Header = header
+        self.topology = header.topology
+        interval_s = header.interval_s or 1.0
+        label = f"replay {name}" + ("" if speed == 1 else f" ×{speed:g}")
+        self.info = SourceInfo(header.host or "?", header.nvml, interval_s, label, total)
+        # A gap between two samples is played as a wait; one far longer than the recorded
+        # interval (a stalled recorder, a hand-edited clock) is cut short, never a hang.
+        self._max_gap_s = min(max(10 * interval_s, 1.0), 3600.0)
+        self._gap_s = min(interval_s, self._max_gap_s)
+
+    def _read(self) -> Sample | None:
+        """The next sample in the file, checked against the one before it; None at the end."""
+        if self._remaining == 0:
+            return None
+        line = next(self._lines, None)
+        if line is None:
+            return None
+        number, text = line
+        sample = parse_sample_line(text, self._name, number)
+        check_replay_order(sample, self._last, self._name, number)
+        if self._remaining is not None:
+            self._remaining -= 1
+        self._last = sample
+        return sample
 
     def next_sample(self) -> Sample | None:
-        current = self._pending
-        if current is None:
+        if not self._ahead:
+            if self._error is not None:
+                raise self._error  # the bad line stays bad: each later call says so again
             return None
-        self._next_index += 1
-        self._pending = self._parse(self._next_index) if self._next_index < len(self._lines) else None
-        if self._pending is not None:
-            self._gap_s = max(0.0, self._pending.monotonic_s - current.monotonic_s)
+        current = self._ahead.popleft()
+        if not self._ahead and self._error is None:
+            try:
+                following = self._read()
+            except AffmonError as exc:
+                self._error = exc
+            else:
+                if following is not None:
+                    self._ahead.append(following)
+        if self._ahead:
+            self._gap_s = min(self._ahead[0].monotonic_s - current.monotonic_s, self._max_gap_s)
         return current
 
     @property
     def exhausted(self) -> bool:
-        return self._pending is None
+        """True once the last good sample was played (a refused line is still to be told)."""
+        return not self._ahead and self._error is None
 
     def pace_s(self) -> float:
         return self._gap_s / self._speed
 
-    def expected_masks(self) -> Mapping[int, CpuSet]:
+    def expected_masks(self) -> ExpectedMasks:
         return {}
 
     def close(self) -> None:
-        pass
+        # ValueError: being read in the sampler thread right now; closed when collected.
+        with contextlib.suppress(ValueError):
+            self._lines.close()  # closes the file
