@@ -50,4 +50,14 @@ def test_one_busy_thread_alone_on_a_cpu_gives_nothing():
     alone, elsewhere = cpus[-1], cpus[0]
     with workload("--cpus", str(alone), "--busy", "1") as w:
         status, findings = diagnose(w["pid"], cpu=elsewhere)
-    assert findings == [] and status == 0
+    # On a quiet CPU: nothing. CI machines are shared, so another process may really run on
+    # that CPU meanwhile: then, and only then, CONTENDED (and STARVED) may hold, naming the
+    # other process the kernel saw there. Never MASK_TOO_NARROW: one thread, one CPU.
+    assert status == (1 if findings else 0)
+    assert {f["code"] for f in findings} <= {"CONTENDED", "STARVED"}, findings
+    for f in findings:
+        if f["code"] == "CONTENDED":
+            others = f["evidence"]["others"]
+            assert others and all(o["pid"] != w["pid"] for o in others), others
+        else:  # STARVED: the kernel measured the wait
+            assert f["evidence"]["wait_ratio"] >= 0.2, f

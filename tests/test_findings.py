@@ -281,7 +281,8 @@ def test_pcie_slow_but_idle_is_fine(rec):
 def test_affinity_drift(rec):
     topology, samples = rec("pinned")
     pid = job_pid(topology, samples)
-    found = {f.code: f for f in debounced(topology, samples, expected_masks={pid: frozenset(range(4))})}
+    start = samples[-1].processes[[p.pid for p in samples[-1].processes].index(pid)].start_ticks
+    found = {f.code: f for f in debounced(topology, samples, expected_masks={(pid, start): frozenset(range(4))})}
     drift = found["AFFINITY_DRIFT"]
     assert drift.evidence["expected"] == "0-3" and drift.evidence["now"] == ["0-5"]
     assert drift.suggestion == {"cpus": "0-3", "move_off": []}
@@ -290,7 +291,21 @@ def test_affinity_drift(rec):
 def test_no_drift_when_masks_hold(rec):
     topology, samples = rec("pinned")
     pid = job_pid(topology, samples)
-    assert "AFFINITY_DRIFT" not in codes(debounced(topology, samples, expected_masks={pid: frozenset(range(6))}))
+    start = samples[-1].processes[[p.pid for p in samples[-1].processes].index(pid)].start_ticks
+    assert "AFFINITY_DRIFT" not in codes(
+        debounced(topology, samples, expected_masks={(pid, start): frozenset(range(6))})
+    )
+
+
+def test_no_drift_for_a_new_process_that_reused_a_pinned_pid(rec):
+    """The journal names the pinned process by PID and start time: a process that got the
+    PID later (another start time) is not it, whatever its mask."""
+    topology, samples = rec("pinned")
+    pid = job_pid(topology, samples)
+    start = samples[-1].processes[[p.pid for p in samples[-1].processes].index(pid)].start_ticks
+    assert "AFFINITY_DRIFT" in codes(debounced(topology, samples, expected_masks={(pid, start): frozenset(range(4))}))
+    reused = {(pid, start - 1): frozenset(range(4))}  # an earlier process with the same PID was pinned
+    assert "AFFINITY_DRIFT" not in codes(debounced(topology, samples, expected_masks=reused))
 
 
 # -- debouncing -----------------------------------------------------------------------------

@@ -149,12 +149,12 @@ class Ops(OsAffinity):
             sys.stdin.readline()
         super().set(tid, cpus)
 
-def crash_in_rename(src, dst):
+def crash_in_rename(src, dst, **dir_fds):
     global replaces
     replaces += 1
-    if replaces == 2:  # the update after the first round: killed inside the rename
+    if replaces == 3:  # the preflight rewrite, the entry, then round two's update: killed inside the rename
         os._exit(71)
-    real_replace(src, dst)
+    real_replace(src, dst, **dir_fds)
 
 if mode == "in-second-update":
     os.replace = crash_in_rename

@@ -41,7 +41,8 @@ as_root_only = pytest.mark.skipif(
 def nobody_home() -> Iterator[Path]:
     """A directory nobody may write (pytest's tmp_path is root's alone), removed after."""
     home = Path(tempfile.mkdtemp(prefix="affmon-nobody-"))
-    home.chmod(0o777)
+    os.chown(home, 65534, 65534)  # nobody's own: affmon trusts no journal another user could replace
+    home.chmod(0o700)
     try:
         yield home
     finally:

@@ -62,7 +62,8 @@ def test_entries_round_trip_through_the_file(tmp_path: Path) -> None:
         "role": "pin",
     }
     updated = journal.set_state(first.id, "undone")
-    assert journal.entries() == [updated, second] and updated.state == "undone"
+    # A finished entry keeps no thread records: nothing is left to restore from them.
+    assert journal.entries() == [replace(updated, threads=()), second] and updated.state == "undone"
     with pytest.raises(JournalError, match="already in the affmon journal"):
         journal.add(second)
 
@@ -108,11 +109,13 @@ def test_a_write_replaces_the_file_whole_or_not_at_all(tmp_path: Path, monkeypat
 
     monkeypatch.setattr(os, "fsync", fsync_then_record)
 
-    def replace_then_record(src: str, dst: str) -> None:
+    def replace_then_record(src: str, dst: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
         events.append("rename")
-        assert Path(src).parent == journal.path.parent  # same file system: rename is atomic
-        assert Path(src).read_bytes().startswith(before)  # the whole new text is already there
-        real_replace(src, dst)
+        assert src_dir_fd == dst_dir_fd  # within the journal's directory: rename is atomic
+        assert os.path.samestat(os.fstat(src_dir_fd), os.stat(journal.path.parent))
+        assert dst == journal.path.name
+        assert (journal.path.parent / src).read_bytes().startswith(before)  # the whole new text is already there
+        real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
     monkeypatch.setattr(os, "replace", replace_then_record)
     journal.add(entry(20, {1}))
@@ -120,7 +123,7 @@ def test_a_write_replaces_the_file_whole_or_not_at_all(tmp_path: Path, monkeypat
     assert journal.path.stat().st_ino != inode  # a new file took the old one's place
 
     # A failure before the rename leaves the old file untouched and no temporary behind.
-    def broken(src: str, dst: str) -> None:
+    def broken(src: str, dst: str, **_dir_fds: int) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", broken)
@@ -196,7 +199,8 @@ def test_expected_masks_are_the_newest_applied_pin_of_each_process(tmp_path: Pat
     journal.add(entry(30, {4}, state="pending"))  # crashed half way: not a pin in force
     journal.add(entry(40, {5}, state="rolled-back"))
     journal.add(entry(50, {6}, state="undone"))
-    assert expected_masks(journal) == {10: {3}, 20: {2}, 21: {2}}
+    # Keyed by (PID, start time): the target's from the entry, a child's from its main thread.
+    assert expected_masks(journal) == {(10, 100): {3}, (20, 100): {2}, (21, 200): {2}}
 
 
 def test_default_path_follows_xdg_state_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

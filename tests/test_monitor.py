@@ -188,7 +188,9 @@ def test_pin_proposal_with_hogs_names_what_isolate_would_move():
     pr = propose_pin(v.snapshot, 608)
     assert pr is not None
     assert pr.move_off and all(o.cpus & pr.suggestion.cpus for o in pr.move_off)
-    assert set(pr.isolate_candidates) <= set(range(591, 607))
+    assert {pid for pid, _start in pr.isolate_candidates} <= set(range(591, 607))
+    starts = {p.sample.pid: p.sample.start_ticks for p in v.snapshot.processes}
+    assert all(start == starts[pid] for pid, start in pr.isolate_candidates)  # each named with its start time
 
 
 def test_core_map_legend_marks_gpu_local_only_where_a_cpu_is():
@@ -205,3 +207,19 @@ def test_core_map_legend_marks_gpu_local_only_where_a_cpu_is():
     assert "GPU-local" not in core_map_text(groups(()), p, {}, None, 60).plain  # no GPU: no such mark
     assert "GPU-local" in core_map_text(groups((0,)), p, {}, None, 60).plain
     assert "outside mask" in core_map_text(groups(()), p, {}, None, 60).plain
+
+
+def test_pin_proposal_sets_apart_what_isolate_must_leave_alone():
+    """Given the user who would pin, the proposal moves only that user's processes and
+    lists the others with why (the hogs in the recording ran as root)."""
+    v = last_view("hogs")
+    plain = propose_pin(v.snapshot, 608)
+    assert plain is not None and plain.move_off and plain.left_alone == ()
+    uids = {p.sample.pid: p.sample.uid for p in v.snapshot.processes}
+    assert {uids[o.pid] for o in plain.move_off} == {0}
+    as_root = propose_pin(v.snapshot, 608, my_uid=0)
+    assert as_root is not None and as_root.move_off == plain.move_off and as_root.left_alone == ()
+    as_other = propose_pin(v.snapshot, 608, my_uid=1000)
+    assert as_other is not None and as_other.move_off == () and as_other.isolate_candidates == ()
+    assert [o.pid for o, _ in as_other.left_alone] == [o.pid for o in plain.move_off]
+    assert {why for _, why in as_other.left_alone} == {"another user's process (root); --isolate-all moves it"}

@@ -43,6 +43,12 @@ def masks(pid: int) -> dict[int, CpuSet]:
     return found
 
 
+def stat_start(pid: int) -> int:
+    stat = ProcFs().stat(pid)
+    assert stat is not None
+    return stat.start_ticks
+
+
 def cpus(*ids: int) -> CpuSet:
     return frozenset(ids)
 
@@ -113,9 +119,16 @@ def test_every_thread_gets_the_cpus_and_each_result_says_set(tmp_path: Path) -> 
     with workload("--cpus", f"{A},{B}", "--busy", "1", "--sleepers", "3") as w:
         pid = w["pid"]
         previous = BOTH
+        start = stat_start(pid)
         for target in (cpus(B), cpus(A)):
             result = pin(pid, target, journal=journal)
-            assert result.ok and result.error is None and not result.rolled_back and result.warning is None
+            assert result.ok and result.error is None and not result.rolled_back and result.changed
+            if target == cpus(B):
+                assert result.warning is None
+            else:  # a second pin of the same process is said, not silent
+                assert result.warning is not None and result.warning.startswith(
+                    f"PID {pid} was already pinned by affmon to CPUs {B}"
+                )
             now = masks(pid)
             assert len(now) == 5 and set(now.values()) == {target}
             by_tid = {t.tid: t for t in result.threads}
@@ -123,7 +136,7 @@ def test_every_thread_gets_the_cpus_and_each_result_says_set(tmp_path: Path) -> 
             for t in by_tid.values():
                 assert (t.pid, t.status, t.before, t.after) == (pid, "set", previous, target)
             assert result.journal_id is not None and journal.get(result.journal_id).state == "applied"
-            assert expected_masks(journal) == {pid: target}
+            assert expected_masks(journal) == {(pid, start): target}
             previous = target
 
 
@@ -284,7 +297,8 @@ def test_kernel_threads_are_refused_as_targets() -> None:
 
 
 def test_bad_requests_fail_with_a_message() -> None:
-    assert pin(os.getpid(), ()).error == "no CPUs given to pin to"
+    empty = pin(os.getpid(), ())
+    assert empty.error == "no CPUs given to pin to" and not empty.changed
     result = pin(2**22 + 1, cpus(A))  # above pid_max's ceiling: never a process
     assert not result.ok and result.error == f"no such process: {2**22 + 1}"
 
@@ -356,7 +370,8 @@ def test_undo_restores_each_thread_s_own_mask(tmp_path: Path) -> None:
         assert result.entry_ids == (entry.id,) and entry.state == "undone"
         assert expected_masks(journal) == {}
         again = undo(journal, pid)
-        assert not again.ok and again.error == f"nothing to undo for PID {pid} in the journal {journal.path}"
+        assert not again.ok
+        assert again.error == f"nothing to undo for PID {pid} (no pin of it is in force) in the journal {journal.path}"
 
 
 def test_undo_of_everything_goes_newest_first(tmp_path: Path) -> None:
@@ -439,12 +454,16 @@ def test_undo_skips_a_thread_whose_tid_was_reused(tmp_path: Path) -> None:
         journal.update(replace(entry, threads=threads))
         undone = undo(journal, w["pid"])
         assert undone.ok
-        by_tid = {t.tid: t for t in undone.threads}
-        assert (by_tid[reused].status, by_tid[reused].message) == ("exited", "its TID now belongs to a newer thread")
+        about = [(t.status, t.message) for t in undone.threads if t.tid == reused]
+        # The journaled thread is gone; the newer thread holding its TID inherited the pinned
+        # mask from the pinned process, so it gets the main thread's old mask back.
+        assert about == [
+            ("exited", "its TID now belongs to a newer thread"),
+            ("restored", "created after the pin: its pinned process's old mask"),
+        ]
         now = masks(w["pid"])
-        assert now.pop(reused) == cpus(A)  # left alone
         assert now == dict.fromkeys(now, BOTH)
-        assert len(now) == 2
+        assert len(now) == 3
 
 
 def test_undo_of_a_process_that_has_exited_reports_it_and_marks_the_entry(tmp_path: Path) -> None:
@@ -453,8 +472,11 @@ def test_undo_of_a_process_that_has_exited_reports_it_and_marks_the_entry(tmp_pa
         result = pin(w["pid"], cpus(A), journal=journal)
         assert result.ok and result.journal_id is not None
     undone = undo(journal, w["pid"])
-    assert undone.ok and [t.status for t in undone.threads] == ["exited"] * 3
-    assert journal.get(result.journal_id).state == "undone"
+    assert not undone.ok and undone.threads == ()
+    assert undone.error is not None and "every process its pin touched has exited" in undone.error
+    # Expired when the journal was next prepared, and compacted: no thread records kept.
+    assert journal.get(result.journal_id).state == "expired"
+    assert journal.get(result.journal_id).threads == ()
 
 
 def test_undo_gives_new_threads_the_main_thread_s_mask_unless_they_chose_their_own(tmp_path: Path) -> None:
@@ -526,7 +548,8 @@ def test_isolate_moves_busy_tasks_off_the_cpus_and_undo_brings_them_back(tmp_pat
             journal=journal,
             ops=HookedOps(hook),
             isolate=True,
-            isolate_candidates=(*(w["pid"] for w in candidates), kthreadd, percpu),
+            isolate_candidates=tuple((p, stat_start(p)) for p in (*(w["pid"] for w in candidates), kthreadd, percpu)),
+            isolate_all=True,  # hog_inside was pinned on purpose: only --isolate-all moves it
         )
         assert result.ok, result.error
         assert set(masks(target["pid"]).values()) == {cpus(B)}
@@ -539,14 +562,14 @@ def test_isolate_moves_busy_tasks_off_the_cpus_and_undo_brings_them_back(tmp_pat
         for t in result.threads:
             by_pid.setdefault(t.pid, set()).add((t.status, t.message))
         assert by_pid[hog["pid"]] == by_pid[hog_inside["pid"]] == {("moved", "")}
-        assert by_pid[kthreadd] == {("not-moved", "not moved: kernel thread")}
-        assert by_pid[percpu] == {("not-moved", "not moved: kernel thread")}
+        assert by_pid[kthreadd] == {("not-moved", "left alone: a kernel thread")}
+        assert by_pid[percpu] == {("not-moved", "left alone: a kernel thread")}
         ((status, message),) = by_pid[refuser["pid"]]
         assert status == "not-moved" and message.startswith(
             f"not moved: not permitted to set the affinity of PID {refuser['pid']}"
         )
         assert elsewhere["pid"] not in by_pid
-        assert expected_masks(journal) == {target["pid"]: cpus(B)}
+        assert expected_masks(journal) == {(target["pid"], stat_start(target["pid"])): cpus(B)}
 
         undone = undo(journal, target["pid"])
         assert undone.ok

@@ -126,7 +126,8 @@ def test_pin_of_a_process_that_exited(state):
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a pin as another user")
 def test_another_users_process_without_cap_sys_nice(state):
     home = Path(tempfile.mkdtemp(prefix="affmon-nobody-"))  # pytest's tmp_path is root's alone
-    home.chmod(0o777)
+    os.chown(home, 65534, 65534)  # nobody's own: affmon trusts no journal another user could replace
+    home.chmod(0o700)
     try:
         run_pin_as_nobody(home)
     finally:

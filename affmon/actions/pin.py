@@ -11,7 +11,15 @@ failure. Every mask is read back, because the kernel silently intersects it with
 task's cpuset.
 
 ``isolate`` also moves other busy processes' threads off the pinned CPUs (tuna's
-``isolate``); a refusal there is reported, never a failure of the pin.
+``isolate``), with manners (``affmon.core.isolation``): by default only the user's own
+processes, never PID 1 or a process pinned on purpose; a refusal there is reported, never
+a failure of the pin.
+
+A process is named by (PID, start time): the caller may pass the start time it saw
+(the TUI's dialog, ``--isolate`` candidates), and a PID that now belongs to a newer
+process is refused or skipped. The journal is locked for the whole pin and proved
+writable before the first change, so two pins never interleave and a pin on a read-only
+file system changes nothing.
 
 All system calls go through an ``AffinityOps``: ``OsAffinity`` for real,
 ``DryRunAffinity`` to see what would happen, or a test's wrapper that fails on demand.
@@ -21,12 +29,13 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from affmon.actions.journal import Journal, JournalEntry, ThreadRecord, new_entry_id
+from affmon.actions.journal import Journal, JournalEntry, ProcessKey, ThreadRecord, new_entry_id
 from affmon.actions.threads import (
     MAX_ROUNDS,
     AffinityOps,
@@ -39,13 +48,16 @@ from affmon.actions.threads import (
     stat_or_none,
     unmovable,
 )
-from affmon.actions.undo import sweep_new_threads
+from affmon.actions.undo import still_there, sweep_new_threads
 from affmon.collect.cgroup import Mount, cgroup_cpuset, read_mounts
 from affmon.collect.fs import read_line
+from affmon.collect.identity import tgid_of, uptime_ticks
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs, StatFields
 from affmon.collect.sampler import descendants
 from affmon.core.cpuset import MAX_CPU_ID, CpuSet, format_cpulist, parse_cpulist
 from affmon.core.errors import AffmonError
+from affmon.core.fmt import term_safe
+from affmon.core.isolation import Candidate, left_alone
 
 __all__ = ["AffinityOps", "DryRunAffinity", "OsAffinity", "PinResult", "ThreadResult", "pin"]
 
@@ -57,7 +69,9 @@ class PinResult:
     when it failed before the first change; False for a request refused before it began,
     and when some thread could not be put back: the journal entry stays pending for undo).
     ``warning`` is one line when it succeeded but some mask in force is not the one asked
-    for (the kernel intersected it with a cpuset, or the program re-pinned itself)."""
+    for (the kernel intersected it with a cpuset, or the program re-pinned itself), or
+    when it replaced an earlier pin of the same process. ``changed``: whether any mask
+    was changed at all (a pin refused before it began changed nothing)."""
 
     ok: bool
     cpus: CpuSet
@@ -67,6 +81,7 @@ class PinResult:
     journal_id: str | None
     dry_run: bool = False
     warning: str | None = None
+    changed: bool = False
 
     def by_status(self, status: ThreadStatus) -> tuple[ThreadResult, ...]:
         return tuple(t for t in self.threads if t.status == status)
@@ -80,19 +95,25 @@ def pin(
     pid: int,
     cpus: Iterable[int],
     *,
+    start_ticks: int | None = None,
     with_children: bool = False,
     root: str = "/",
     ops: AffinityOps | None = None,
     journal: Journal | None = None,
     isolate: bool = False,
-    isolate_candidates: Sequence[int] = (),
+    isolate_candidates: Sequence[ProcessKey] = (),
+    isolate_all: bool = False,
 ) -> PinResult:
     """Set every thread of ``pid`` (with its descendants when ``with_children``) to
-    ``cpus``; with ``isolate``, also move the threads of ``isolate_candidates`` off them.
-    Never raises for a system refusal: the result says what happened."""
-    return _Pin(pid, frozenset(cpus), with_children, root, ops or OsAffinity(), journal).run(
-        isolate_candidates if isolate else ()
-    )
+    ``cpus``; with ``isolate``, also move the threads of ``isolate_candidates`` (PID,
+    start time) off them, those the isolation rule allows (all but PID 1 and kernel
+    threads with ``isolate_all``). ``start_ticks``: the start time of the process meant;
+    another process holding the PID now is refused. Never raises for a system refusal:
+    the result says what happened."""
+    job = _Pin(pid, frozenset(cpus), with_children, root, ops or OsAffinity(), journal)
+    job.expected_start = start_ticks
+    job.isolate_all = isolate_all
+    return job.run(isolate_candidates if isolate else ())
 
 
 class _Pin:
@@ -111,8 +132,22 @@ class _Pin:
         self.entry_written = False
         self.results: dict[int, ThreadResult] = {}  # by TID, in the order found
         self.applied: list[ThreadRecord] = []  # changed, in order (rollback goes backwards)
+        self.changed = False
+        self.expected_start: int | None = None
+        self.isolate_all = False
+        self.notes: list[str] = []
+        self.in_force: list[JournalEntry] = []  # the journal's pins in force when this one began
 
-    def run(self, isolate_candidates: Sequence[int]) -> PinResult:
+    def run(self, isolate_candidates: Sequence[ProcessKey]) -> PinResult:
+        if self.journal is None:
+            return self._run(isolate_candidates)
+        try:
+            with self.journal.locked():
+                return self._run(isolate_candidates)
+        except AffmonError as exc:  # the journal could not be locked: nothing began
+            return self._result(ok=False, error=f"{exc}; nothing was changed", rolled_back=False)
+
+    def _run(self, isolate_candidates: Sequence[ProcessKey]) -> PinResult:
         problem = self._begin()
         if problem is not None:
             return self._result(ok=False, error=problem, rolled_back=False)
@@ -128,7 +163,8 @@ class _Pin:
         except BaseException:
             self._fail("interrupted")  # Ctrl-C or a bug half way: put the threads back first
             raise
-        return self._result(ok=True, error=None, rolled_back=False, warning=self._mismatch_warning())
+        warnings = [w for w in (self._mismatch_warning(), *self.notes) if w]
+        return self._result(ok=True, error=None, rolled_back=False, warning="; ".join(warnings) or None)
 
     # -- checks ------------------------------------------------------------------
 
@@ -141,12 +177,37 @@ class _Pin:
         stat = self._stat(self.pid)
         if stat is None:
             return f"no such process: {self.pid}"
+        if self.expected_start is not None and stat.start_ticks != self.expected_start:
+            return (
+                f"PID {self.pid} is no longer the process chosen: that one exited and the PID now belongs to"
+                f" {term_safe(stat.comm)}, started later"
+            )
         if stat.flags & PF_NO_SETAFFINITY:
             return self._einval_message(self.pid, fixed=True)
         if stat.flags & PF_KTHREAD:
             return f"PID {self.pid} is a kernel thread: affmon pins user processes only"
+        tgid = tgid_of(self.proc, self.pid)
+        if tgid is not None and tgid != self.pid:
+            return f"{self.pid} is a thread (TID) of PID {tgid}: pin PID {tgid}, its process"
+        if self.journal is not None:
+            # Proves the journal writable before anything changes, and drops what has exited.
+            self.in_force = [
+                e for e in self.journal.prepare(lambda r: still_there(self.proc, r)) if e.state == "applied"
+            ]
+            key = (self.pid, stat.start_ticks)
+            earlier = [e for e in self.in_force if key in e.pinned_processes()]
+            if earlier:
+                self.notes.append(
+                    f"PID {self.pid} was already pinned by affmon to CPUs {format_cpulist(earlier[-1].cpus)}"
+                    f" ({earlier[-1].id}); this pin replaces it, and `affmon undo {self.pid}` undoes this one first"
+                )
         self.entry = JournalEntry(
-            id=new_entry_id(), time_s=time.time(), pid=self.pid, start_ticks=stat.start_ticks, cpus=self.cpus
+            id=new_entry_id(),
+            time_s=time.time(),
+            pid=self.pid,
+            start_ticks=stat.start_ticks,
+            cpus=self.cpus,
+            since_ticks=uptime_ticks(self.root),
         )
         return None
 
@@ -190,6 +251,7 @@ class _Pin:
                     self._on_error(exc, record.pid, record.tid, record.old_cpus)
                     continue
                 self.applied.append(record)
+                self.changed = True
         raise _Failure(f"threads of PID {self.pid} kept appearing with other masks: gave up after {MAX_ROUNDS} rounds")
 
     def _targets(self) -> list[int]:
@@ -231,23 +293,35 @@ class _Pin:
 
     # -- isolation ---------------------------------------------------------------
 
-    def _isolate(self, candidates: Sequence[int]) -> None:
+    def _isolate(self, candidates: Sequence[ProcessKey]) -> None:
         """Move the candidates' threads off ``cpus``: new mask = mask - cpus, or, when that
-        is empty, (cgroup cpuset or online CPUs) - cpus. Refusals are reported only."""
+        is empty, (cgroup cpuset or online CPUs) - cpus. A candidate whose PID now names
+        another process is skipped; one the isolation rule protects is reported as left
+        alone. Refusals are reported only."""
         targets = {r.pid for r in self.results.values()} | {self.pid}
         mounts = read_mounts(self.root)
         online = _online_cpus(self.root)
+        judged: dict[int, str | None] = {}
         for _round in range(MAX_ROUNDS):
             plan: list[tuple[ThreadRecord, CpuSet]] = []
-            for pid in dict.fromkeys(candidates):
-                if pid in targets or self._stat(pid) is None:
-                    continue
+            for pid, start in dict.fromkeys(candidates):
+                stat = self._stat(pid)
+                if pid in targets or stat is None or stat.start_ticks != start:
+                    continue  # gone, or its PID reused since it was seen: not the process meant
                 allowed: CpuSet | None = None
+                if pid not in judged:
+                    allowed = _cgroup_cpus(self.root, pid, mounts) or online
+                    judged[pid] = self._left_alone(pid, stat, allowed)
+                    if judged[pid] is not None:
+                        mask = self._mask_or_none(pid)
+                        self._note(pid, pid, mask, mask, "not-moved", f"left alone: {judged[pid]}")
+                if judged[pid] is not None:
+                    continue
                 for tid in sorted(self.proc.tids(pid)):
                     if tid in self.results:
                         continue
-                    stat = self._stat(pid, tid)
-                    if stat is None:
+                    tstat = self._stat(pid, tid)
+                    if tstat is None:
                         continue
                     try:
                         mask = self.ops.get(tid)
@@ -255,7 +329,7 @@ class _Pin:
                         continue  # exited, or unreadable: nothing we can move
                     if not mask & self.cpus:
                         continue
-                    why = unmovable(stat)
+                    why = unmovable(tstat)
                     if why is not None:
                         self._note(pid, tid, mask, mask, "not-moved", f"not moved: {why}")
                         continue
@@ -268,7 +342,7 @@ class _Pin:
                         self._note(pid, tid, mask, mask, "not-moved", "not moved: no allowed CPU is left outside")
                         continue
                     self._note(pid, tid, mask, None, "moved")
-                    plan.append((ThreadRecord(pid, tid, stat.start_ticks, mask, "isolate"), new))
+                    plan.append((ThreadRecord(pid, tid, tstat.start_ticks, mask, "isolate"), new))
             if not plan:
                 return
             self._journal([record for record, _new in plan])
@@ -283,7 +357,37 @@ class _Pin:
                         self._note(record.pid, record.tid, record.old_cpus, None, "not-moved", f"not moved: {why}")
                     continue
                 self.applied.append(record)
+                self.changed = True
                 self._note_after(record.tid, "moved", new)
+
+    def _left_alone(self, pid: int, stat: StatFields, allowed: CpuSet) -> str | None:
+        try:
+            status = self.proc.status(pid)
+        except AffmonError:
+            status = None
+        uid = None if status is None else status.uid
+        mask = self._mask_or_none(pid)
+        moved_before = any(
+            r.role == "isolate" and (r.pid, r.tid, r.start_ticks) == (pid, pid, stat.start_ticks)
+            for e in self.in_force
+            for r in e.threads
+        )
+        candidate = Candidate(
+            pid=pid,
+            uid=uid,
+            user=None if uid is None else _user_name(uid),
+            kernel=bool(stat.flags & PF_KTHREAD),
+            mask=mask,
+            allowed=allowed or None,
+            moved_by_affmon=moved_before,
+        )
+        return left_alone(candidate, os.geteuid(), isolate_all=self.isolate_all)
+
+    def _mask_or_none(self, tid: int) -> CpuSet | None:
+        try:
+            return self.ops.get(tid)
+        except OSError:
+            return None
 
     # -- rollback ----------------------------------------------------------------
 
@@ -319,8 +423,8 @@ class _Pin:
             self._note(record.pid, record.tid, record.old_cpus, None, "restored", "put back after the failure")
             self._note_after(record.tid, "restored", record.old_cpus)
         if changed_any and self.entry is not None:
-            skip = {record.tid for record in self.entry.threads}
-            for swept in sweep_new_threads(self.proc, self.ops, self.entry, skip):
+            recorded = {(record.tid, record.start_ticks) for record in self.entry.threads}
+            for swept in sweep_new_threads(self.proc, self.ops, self.entry, recorded):
                 self.results[swept.tid] = swept
                 complete = complete and swept.status != "failed"
         # What is still "set" was claimed in the failing round but never changed.
@@ -387,7 +491,15 @@ class _Pin:
             journal_id=self.entry.id if self.entry_written and self.entry is not None else None,
             dry_run=self.dry_run,
             warning=warning,
+            changed=self.changed,
         )
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"UID {uid}"
 
 
 def _online_cpus(root: str) -> CpuSet:

@@ -1,12 +1,21 @@
 """Undoing pins: put back the masks the write-ahead journal recorded, newest first, for
-one PID or for every pin not yet undone."""
+one PID or for every pin not yet undone.
+
+Every task is named by (TID, start time): a journaled TID that now belongs to a newer
+thread is not the thread affmon changed, and a new thread or process that inherited the
+pinned mask must be given back the mask it would have had without the pin. The journal
+is locked and proved writable before the first mask changes, so an undo on a read-only
+or full file system changes nothing; if a write fails later, the result says exactly
+which entries were undone and which threads were restored.
+"""
 
 from __future__ import annotations
 
 import errno
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from affmon.actions.journal import Journal, JournalEntry
+from affmon.actions.journal import Journal, JournalEntry, JournalError, ThreadRecord
 from affmon.actions.threads import (
     MAX_ROUNDS,
     AffinityOps,
@@ -17,7 +26,10 @@ from affmon.actions.threads import (
     stat_or_none,
 )
 from affmon.collect.procfs import ProcFs
+from affmon.collect.sampler import descendants
 from affmon.core.cpuset import CpuSet, format_cpulist
+
+TaskKey = tuple[int, "int | None"]  # (TID, start ticks) as journaled
 
 
 @dataclass(frozen=True)
@@ -32,34 +44,69 @@ class UndoResult:
     error: str | None
 
 
+def still_there(proc: ProcFs, record: ThreadRecord) -> bool:
+    """Whether the journaled thread still runs (same TID and start time)."""
+    stat = stat_or_none(proc, record.pid, record.tid)
+    return stat is not None and (record.start_ticks is None or stat.start_ticks == record.start_ticks)
+
+
 def undo(journal: Journal, pid: int | None = None, *, ops: AffinityOps | None = None, root: str = "/") -> UndoResult:
     """Put back the masks of the newest entry not yet undone for ``pid`` (the PID the pin
     was asked for), or of every such entry, newest first, when ``pid`` is None.
 
     A journaled thread that has exited, or whose TID now belongs to a newer thread (its
-    start time differs), is reported and skipped. A thread created after the pin is not in
-    the journal: it inherited the pinned mask from its creator, so if it still has exactly
-    that mask it gets its process's main thread's restored mask (what it would have
-    inherited without the pin); a thread with any other mask set it itself (or a library
-    did) and is left alone. An entry is marked undone only when nothing failed, so a
-    failed undo can be run again."""
+    start time differs), is reported and skipped. A task created after the pin is not in
+    the journal: a thread of a pinned process, or a process started since by a pinned one
+    (a DataLoader worker re-forked each epoch), inherited the pinned mask, so if it still
+    has exactly that mask it gets the mask its pinned ancestor had before (what it would
+    have inherited without the pin); a task with any other mask set it itself (or a
+    library did) and is left alone. An entry is marked undone only when nothing failed,
+    so a failed undo can be run again.
+
+    Raises ``JournalError`` (nothing changed) when the journal cannot be locked, read or
+    written before the first change."""
     ops = ops or OsAffinity()
     dry_run = isinstance(ops, DryRunAffinity)
     proc = ProcFs(root)
-    live = [e for e in journal.entries() if e.state in ("pending", "applied")]
+    try:
+        with journal.locked():
+            entries = journal.entries() if dry_run else journal.prepare(lambda r: still_there(proc, r))
+            return _undo_locked(journal, entries, pid, proc, ops, dry_run)
+    except JournalError as exc:
+        raise JournalError(f"{exc}; nothing was changed") from None
+
+
+def _undo_locked(
+    journal: Journal, entries: list[JournalEntry], pid: int | None, proc: ProcFs, ops: AffinityOps, dry_run: bool
+) -> UndoResult:
+    live = [e for e in entries if e.state in ("pending", "applied")]
     if pid is not None:
         live = [e for e in live if e.pid == pid][-1:]
         if not live:
-            return UndoResult(False, (), (), f"nothing to undo for PID {pid} in the journal {journal.path}")
+            gone = any(e.pid == pid and e.state == "expired" for e in entries)
+            why = "every process its pin touched has exited" if gone else "no pin of it is in force"
+            return UndoResult(False, (), (), f"nothing to undo for PID {pid} ({why}) in the journal {journal.path}")
     done: list[str] = []
     threads: list[ThreadResult] = []
     for entry in reversed(live):
         results = _undo_entry(entry, proc, ops)
         threads.extend(results)
-        if not any(t.status == "failed" for t in results):
-            if not dry_run:
+        if any(t.status == "failed" for t in results):
+            continue
+        if not dry_run:
+            try:
                 journal.set_state(entry.id, "undone")
-            done.append(entry.id)
+            except JournalError as exc:
+                restored = sum(t.status == "restored" for t in threads)
+                undone = f"entries {', '.join(done)} are marked undone; " if done else ""
+                return UndoResult(
+                    False,
+                    tuple(done),
+                    tuple(threads),
+                    f"{restored} thread(s) were restored as listed, but {exc}: {undone}entry {entry.id} and any"
+                    " older one still read as in force; run `affmon undo` again once the journal can be written",
+                )
+        done.append(entry.id)
     failed = [t for t in threads if t.status == "failed"]
     error = None
     if failed:
@@ -80,41 +127,98 @@ def _undo_entry(entry: JournalEntry, proc: ProcFs, ops: AffinityOps) -> list[Thr
             )
             continue
         results.append(_restore(proc, ops, record.pid, record.tid, record.old_cpus, ""))
-    results.extend(sweep_new_threads(proc, ops, entry, {record.tid for record in entry.threads}))
+    recorded = {(record.tid, record.start_ticks) for record in entry.threads}
+    results.extend(sweep_new_threads(proc, ops, entry, recorded))
     return results
 
 
-def sweep_new_threads(proc: ProcFs, ops: AffinityOps, entry: JournalEntry, skip: set[int]) -> list[ThreadResult]:
-    """Threads of the pinned processes that the entry does not record: created after the
-    pin (or during it), they inherited the pinned mask from their creator. One that still
-    has exactly that mask gets its process's main thread's old mask; any other mask was
-    set on purpose and is left alone."""
+def sweep_new_threads(
+    proc: ProcFs, ops: AffinityOps, entry: JournalEntry, recorded: Collection[TaskKey]
+) -> list[ThreadResult]:
+    """Tasks the entry does not record (by TID and start time) that inherited its pinned
+    mask: threads of the pinned processes, and processes started since the pin under a
+    pinned one (with their threads). One that still has exactly the pinned mask gets the
+    old mask of its pinned process's main thread; any other mask was set on purpose and
+    is left alone."""
+    old_masks = _old_masks(entry, proc)
     results: list[ThreadResult] = []
-    for pid in entry.pinned_pids:
-        main = next((r for r in entry.threads if r.tid == pid and r.role == "pin"), None)
-        if main is None:
-            continue  # the main thread was not recorded (it had exited): no mask to give
+    for pid, old in old_masks.items():
+        results.extend(_sweep_process(proc, ops, entry, pid, old, recorded, "created after the pin"))
+    for pid, old in _new_descendants(proc, entry, old_masks).items():
+        results.extend(_sweep_process(proc, ops, entry, pid, old, recorded, "process started after the pin"))
+    return results
+
+
+def _old_masks(entry: JournalEntry, proc: ProcFs) -> dict[int, CpuSet]:
+    """Each pinned process still alive (same start time) -> the mask to give its new
+    tasks: its main thread's old mask, else the first recorded thread's."""
+    masks: dict[int, CpuSet] = {}
+    for pid, start in entry.pinned_processes():
         stat = stat_or_none(proc, pid)
-        if stat is None or (main.start_ticks is not None and stat.start_ticks != main.start_ticks):
+        if stat is None or stat.start_ticks != start:
             continue  # the process is gone (or its PID reused): its threads went with it
-        seen = set(skip)
-        for _round in range(MAX_ROUNDS):
-            fresh = [tid for tid in sorted(proc.tids(pid)) if tid not in seen]
-            if not fresh:
-                break
-            seen.update(fresh)
-            for tid in fresh:
-                try:
-                    mask = ops.get(tid)
-                except OSError:
-                    continue  # exited since the listing
-                if mask == entry.cpus:
-                    results.append(
-                        _restore(proc, ops, pid, tid, main.old_cpus, "created after the pin: main thread's mask")
-                    )
-                else:
-                    message = f"created after the pin with its own mask {format_cpulist(mask)}: left alone"
-                    results.append(ThreadResult(pid, tid, mask, mask, "not-moved", message))
+        records = [r for r in entry.threads if r.pid == pid and r.role == "pin"]
+        main = next((r for r in records if r.tid == pid), records[0] if records else None)
+        if main is not None:
+            masks[pid] = main.old_cpus
+    return masks
+
+
+def _new_descendants(proc: ProcFs, entry: JournalEntry, old_masks: dict[int, CpuSet]) -> dict[int, CpuSet]:
+    """Processes started after the pin whose chain of parents up to a pinned process holds
+    only such new processes: they were forked with the pinned mask. Each -> the old mask
+    of its pinned ancestor. Nothing for an entry that does not know when it began."""
+    if entry.since_ticks is None or not old_masks:
+        return {}
+    parents: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    for pid in proc.pids():
+        stat = stat_or_none(proc, pid)
+        if stat is not None and stat.ppid is not None:
+            parents[pid] = stat.ppid
+            starts[pid] = stat.start_ticks
+    found: dict[int, CpuSet] = {}
+    candidates = descendants(old_masks, parents.items()) - set(old_masks)
+    for pid in sorted(candidates):
+        chain: list[int] = []
+        up = pid
+        while up not in old_masks and up in parents and starts.get(up, -1) >= entry.since_ticks:
+            chain.append(up)
+            up = parents[up]
+        if up in old_masks and chain:
+            found[pid] = old_masks[up]
+    return found
+
+
+def _sweep_process(
+    proc: ProcFs,
+    ops: AffinityOps,
+    entry: JournalEntry,
+    pid: int,
+    old: CpuSet,
+    recorded: Collection[TaskKey],
+    why: str,
+) -> list[ThreadResult]:
+    results: list[ThreadResult] = []
+    seen: set[int] = set()
+    for _round in range(MAX_ROUNDS):
+        fresh = [tid for tid in sorted(proc.tids(pid)) if tid not in seen]
+        if not fresh:
+            break
+        seen.update(fresh)
+        for tid in fresh:
+            stat = stat_or_none(proc, pid, tid)
+            if stat is None or (tid, stat.start_ticks) in recorded or (tid, None) in recorded:
+                continue  # gone, or journaled (and handled) itself
+            try:
+                mask = ops.get(tid)
+            except OSError:
+                continue  # exited since the listing
+            if mask == entry.cpus:
+                results.append(_restore(proc, ops, pid, tid, old, f"{why}: its pinned process's old mask"))
+            else:
+                message = f"{why} with its own mask {format_cpulist(mask)}: left alone"
+                results.append(ThreadResult(pid, tid, mask, mask, "not-moved", message))
     return results
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from affmon.collect.identity import hidden_processes_notice, resolve_pid
+from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Sampler, Selection
 from affmon.core.errors import SourceError
 from affmon.core.topology import Topology
@@ -33,6 +36,9 @@ class LiveSources:
     gateway: NvmlGateway | None
     nvml_status: str | None
     host: str
+    # One line when /proc hides other users' processes (hidepid): a clean verdict then
+    # covers only what affmon could see, and the views say so.
+    notice: str | None = None
 
     def close(self) -> None:
         if self.gateway is not None:
@@ -40,9 +46,26 @@ class LiveSources:
             self.gateway = None
 
 
+def resolve_selection(selection: Selection, root: str = "/") -> Selection:
+    """``--pid`` numbers as processes: a TID becomes its process (said on stderr, once), a
+    kernel thread or a number that names nothing is a one-line ``SourceError``."""
+    if not selection.pids:
+        return selection
+    proc = ProcFs(root)
+    pids = []
+    for number in selection.pids:
+        found = resolve_pid(proc, number)
+        if found.note:
+            sys.stderr.write(f"affmon: {found.note}\n")
+        pids.append(found.pid)
+    return replace(selection, pids=tuple(dict.fromkeys(pids)))
+
+
 def open_live_sources(selection: Selection, root: str = "/") -> LiveSources:
     """Topology, NVML (only for the live machine) and a sampler over them; the caller
-    closes them. A ``--pid`` that does not exist raises, with NVML already closed."""
+    closes them. A ``--pid`` that does not exist (or names a kernel thread) raises, with
+    NVML already closed; one that names a thread watches its process."""
+    selection = resolve_selection(selection, root)
     topology = load_topology(root)
     gateway = None
     status = None
@@ -50,7 +73,14 @@ def open_live_sources(selection: Selection, root: str = "/") -> LiveSources:
         gateway = NvmlGateway()
         gateway.open()
         status = gateway.status
-    sources = LiveSources(topology, Sampler(root, selection, gpu_source=gateway), gateway, status, socket.gethostname())
+    sources = LiveSources(
+        topology,
+        Sampler(root, selection, gpu_source=gateway),
+        gateway,
+        status,
+        socket.gethostname(),
+        hidden_processes_notice(root),
+    )
     try:
         sources.sampler.check_pids()
     except BaseException:

@@ -11,12 +11,12 @@ from affmon.actions.journal import pinned_masks
 from affmon.collect.sampler import Selection
 from affmon.commands.common import live_sources
 from affmon.core.advice import attach_suggestions
-from affmon.core.cpuset import CpuSet
-from affmon.core.findings import Context, Finding, FindingTracker, Severity, exit_status, find_jobs
+from affmon.core.findings import Context, ExpectedMasks, Finding, FindingTracker, Severity, exit_status, find_jobs
+from affmon.core.fmt import term_safe
 from affmon.core.rates import Snapshot, make_snapshot
 
 
-def diagnose(snapshots: list[Snapshot], masks: dict[int, CpuSet]) -> list[Finding]:
+def diagnose(snapshots: list[Snapshot], masks: ExpectedMasks) -> list[Finding]:
     """Debounced findings over consecutive snapshots, with suggestions from the last."""
     from affmon.core.findings import evaluate
 
@@ -26,15 +26,17 @@ def diagnose(snapshots: list[Snapshot], masks: dict[int, CpuSet]) -> list[Findin
     return attach_suggestions(tracker.active, snapshots[-1])
 
 
-def findings_text(findings: list[Finding], snap: Snapshot, intervals: int) -> str:
-    """Findings grouped by job, worst first, each job's suggested core set once."""
+def findings_text(findings: list[Finding], snap: Snapshot, intervals: int, *, partial: bool = False) -> str:
+    """Findings grouped by job, worst first, each job's suggested core set once. Messages
+    and the planner's sentences quote process names: each line passes through ``term_safe``."""
     jobs = find_jobs(snap)
     lines = [
         f"watched {len(jobs)} training job{'s' if len(jobs) != 1 else ''} "
         f"({sum(len(j.members) for j in jobs)} processes) over {intervals} intervals"
     ]
     if not findings:
-        lines.append("no findings: every watched job's CPU placement looks healthy")
+        seen = " as far as affmon can see (other users' processes are hidden)" if partial else ""
+        lines.append(f"no findings: every watched job's CPU placement looks healthy{seen}")
     by_pid: dict[int | None, list[Finding]] = {}
     for f in findings:
         by_pid.setdefault(f.pid, []).append(f)
@@ -42,15 +44,15 @@ def findings_text(findings: list[Finding], snap: Snapshot, intervals: int) -> st
         lines.append("")
         for f in group:
             who = f"pid {f.pid}" if f.pid is not None else "machine"
-            lines.append(f"[{f.severity}] {f.code} {who}: {f.message}")
+            lines.append(f"[{f.severity}] {f.code} {who}: {term_safe(f.message)}")
         suggestion = next((f.suggestion for f in group if f.suggestion), None)
         if suggestion is None:
             continue
-        lines.append(f"    suggested CPUs: {suggestion['cpus']}")
+        lines.append(f"    suggested CPUs: {term_safe(str(suggestion['cpus']))}")
         for key, mark in (("reasons", "-"), ("warnings", "!")):
             items = suggestion.get(key)
             for item in items if isinstance(items, list) else []:
-                lines.append(f"      {mark} {item}")
+                lines.append(f"      {mark} {term_safe(str(item))}")
         move_off = suggestion.get("move_off")
         isolate = " --isolate" if isinstance(move_off, list) and move_off else ""
         lines.append(f"    to apply: affmon pin {pid} --suggest --with-children{isolate}")
@@ -67,9 +69,12 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     snapshots = [make_snapshot(a, b, src.topology) for a, b in itertools.pairwise(samples)]
     findings = diagnose(snapshots, pinned_masks())
     if args.json:
-        print(json.dumps({"findings": [f.to_json() for f in findings], "nvml": src.nvml_status}, indent=2))
+        report = {"findings": [f.to_json() for f in findings], "nvml": src.nvml_status, "notice": src.notice}
+        print(json.dumps(report, indent=2))
     else:
         if src.nvml_status and not src.nvml_status.startswith("NVML:"):
-            print(src.nvml_status)
-        print(findings_text(findings, snapshots[-1], len(snapshots)))
+            print(term_safe(src.nvml_status))
+        if src.notice:
+            print(f"note: {src.notice}")
+        print(findings_text(findings, snapshots[-1], len(snapshots), partial=src.notice is not None))
     return exit_status(f for f in findings if f.severity >= Severity.WARN)

@@ -16,11 +16,14 @@ from typing import Any
 from affmon.actions.journal import Journal, default_journal_path
 from affmon.actions.pin import DryRunAffinity, PinResult, ThreadResult, pin
 from affmon.actions.undo import UndoResult, undo
+from affmon.collect.identity import resolve_pid, tgid_of
+from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Selection
 from affmon.commands.common import live_sources, load_topology
 from affmon.core.advice import job_of, occupants, suggest_for_job
 from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
 from affmon.core.errors import AffmonError, ParseError, SourceError
+from affmon.core.fmt import term_safe
 from affmon.core.planner import MachinePlan, RankPlan, Suggestion, plan_machine
 from affmon.core.rates import make_snapshot
 from affmon.core.topology import Topology
@@ -60,13 +63,13 @@ def plan_json(plan: MachinePlan) -> dict[str, Any]:
 def plan_text(plan: MachinePlan) -> str:
     lines = []
     for w in plan.warnings:
-        lines.append(f"! {w}")
+        lines.append(f"! {term_safe(w)}")
     for p in plan.plans:
-        gpu = "no GPU" if p.pci_bus_id is None else f"GPU {p.gpu_index} ({p.pci_bus_id})"
+        gpu = "no GPU" if p.pci_bus_id is None else f"GPU {p.gpu_index} ({term_safe(p.pci_bus_id)})"
         node = "node ?" if p.numa_node is None else f"node {p.numa_node}"
         lines.append(f"{gpu} rank {p.rank}: CPUs {format_cpulist(p.cpus)} ({len(p.cpus)} CPUs, {node})")
         for reason in p.reasons:
-            lines.append(f"    - {reason}")
+            lines.append(f"    - {term_safe(reason)}")
         launch = launch_lines(p)
         lines.append(f"    {launch['taskset']}    or    {launch['numactl']}")
     return "\n".join(lines)
@@ -99,8 +102,8 @@ def parse_cpus(text: str, topology: Topology) -> CpuSet:
 
 def suggestion_text(s: Suggestion) -> list[str]:
     lines = [f"suggested CPUs {format_cpulist(s.cpus)}"]
-    lines += [f"  - {r}" for r in s.reasons]
-    lines += [f"  ! {w}" for w in s.warnings]
+    lines += [f"  - {term_safe(r)}" for r in s.reasons]
+    lines += [f"  ! {term_safe(w)}" for w in s.warnings]
     if s.move_off:
         lines.append(f"  processes on those CPUs: {' '.join(map(str, s.move_off))} (--isolate moves them off)")
     return lines
@@ -142,7 +145,7 @@ def thread_line(t: ThreadResult) -> str:
     """One thread of a pin or undo: PID, TID, what happened, mask before -> after."""
     before = "?" if t.before is None else format_cpulist(t.before)
     after = "?" if t.after is None else format_cpulist(t.after)
-    note = f"  {t.message}" if t.message else ""
+    note = f"  {term_safe(t.message)}" if t.message else ""
     return f"  {t.pid:>8} {t.tid:>8} {t.status:<10} {before:>12} -> {after:<12}{note}"
 
 
@@ -158,34 +161,48 @@ def result_text(result: PinResult) -> list[str]:
         if result.journal_id:
             lines.append(f"journaled as {result.journal_id}; `affmon undo` puts every mask back")
     else:
-        state = "every thread was put back as it was" if result.rolled_back else "nothing was changed"
-        lines.append(f"pin failed ({summary}); {state}")
+        if not result.changed:
+            state = "nothing was changed"
+        elif result.rolled_back:
+            state = "every thread it had changed was put back as it was"
+        else:
+            state = "some threads could not be put back (`affmon undo` retries)"
+        lines.append(f"pin failed ({summary or 'no thread changed'}); {state}")
     if result.warning:
         lines.append(f"warning: {result.warning}")
     return lines
 
 
 def cmd_pin(args: argparse.Namespace) -> int:
+    target = resolve_pid(ProcFs("/"), args.pid)  # a TID names its process; no such PID: one line, exit 2
+    if target.note:
+        sys.stderr.write(f"affmon: {target.note}\n")
+    pid = target.pid
     suggestion = None
-    isolate_candidates: tuple[int, ...] = ()
-    need_sample = args.suggest or args.isolate
-    if need_sample:
-        selection = Selection(pids=(args.pid,), others=True)
+    isolate = args.isolate or args.isolate_all
+    isolate_candidates: tuple[tuple[int, int], ...] = ()
+    if args.suggest or isolate:
+        selection = Selection(pids=(pid,), others=True)
         with live_sources(selection) as src:
             first = src.sampler.sample()
             time.sleep(args.interval)
             snapshot = make_snapshot(first, src.sampler.sample(), src.topology)
+        if src.notice and isolate:
+            sys.stderr.write(f"affmon: note: {src.notice}\n")
         topology = src.topology
-        job = job_of(snapshot, args.pid)
-        if job is None:
-            raise SourceError(f"no such process: {args.pid}")
+        job = job_of(snapshot, pid)
+        if job is None or job.root.sample.start_ticks != target.start_ticks:
+            raise SourceError(f"PID {pid} exited while affmon sampled it")
         if args.suggest:
             suggestion = suggest_for_job(job, snapshot)
             cpus = suggestion.cpus
         else:
             cpus = parse_cpus(args.cpus, topology)
-        if args.isolate:
-            isolate_candidates = tuple(sorted(o.pid for o in occupants(snapshot, job.pids) if o.cpus & cpus))
+        if isolate:
+            starts = {p.sample.pid: p.sample.start_ticks for p in snapshot.processes}
+            isolate_candidates = tuple(
+                sorted((o.pid, starts[o.pid]) for o in occupants(snapshot, job.pids) if o.cpus & cpus)
+            )
     else:
         topology = load_topology()
         cpus = parse_cpus(args.cpus, topology)
@@ -193,13 +210,15 @@ def cmd_pin(args: argparse.Namespace) -> int:
         raise AffmonError("the suggestion is empty: nothing to pin to")
     journal = None if args.dry_run else Journal(default_journal_path())
     result = pin(
-        args.pid,
+        pid,
         cpus,
+        start_ticks=target.start_ticks,
         with_children=args.with_children,
         ops=DryRunAffinity() if args.dry_run else None,
         journal=journal,
-        isolate=args.isolate,
+        isolate=isolate,
         isolate_candidates=isolate_candidates,
+        isolate_all=args.isolate_all,
     )
     if args.json:
         print(json.dumps(pin_json(result, suggestion), indent=2))
@@ -208,7 +227,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
             print("\n".join(suggestion_text(suggestion)))
         print("\n".join(result_text(result)))
     if not result.ok:
-        sys.stderr.write(f"affmon: {result.error}\n")
+        sys.stderr.write(f"affmon: {term_safe(str(result.error))}\n")
         return EXIT_FAILED
     return 0
 
@@ -290,8 +309,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def undo_text(result: UndoResult) -> list[str]:
+    """Every thread touched, then what was undone; on a failure too, so the user knows
+    exactly what was restored."""
     lines = [thread_line(t) for t in result.threads]
-    if result.ok:
+    if result.ok or result.entry_ids:
         lines.append(f"undid {len(result.entry_ids)} pin(s): {', '.join(result.entry_ids) or 'none'}")
     return lines
 
@@ -300,7 +321,15 @@ def cmd_undo(args: argparse.Namespace) -> int:
     path = default_journal_path()
     if not path.exists():
         raise AffmonError(f"nothing to undo: no journal at {path}")
-    result = undo(Journal(path), None if args.all else args.pid)
+    pid = None if args.all else args.pid
+    if pid is not None:
+        # A TID names its process, as for pin; a number that names nothing now is kept, so
+        # the pin of a process that has exited can still be undone (its isolated neighbours).
+        tgid = tgid_of(ProcFs("/"), pid)
+        if tgid is not None and tgid != pid:
+            sys.stderr.write(f"affmon: {pid} is a thread (TID) of PID {tgid}: using PID {tgid}\n")
+            pid = tgid
+    result = undo(Journal(path), pid)
     if args.json:
         print(
             json.dumps(
@@ -316,6 +345,6 @@ def cmd_undo(args: argparse.Namespace) -> int:
     else:
         print("\n".join(undo_text(result)))
     if not result.ok:
-        sys.stderr.write(f"affmon: {result.error}\n")
+        sys.stderr.write(f"affmon: {term_safe(str(result.error))}\n")
         return EXIT_FAILED
     return 0

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.findings import DEFAULT_THRESHOLDS, Finding, Job, Thresholds, busy_threads, demand, find_jobs
+from affmon.core.isolation import Candidate, left_alone
 from affmon.core.planner import Occupant, Suggestion, suggest
 from affmon.core.rates import ProcessRates, Snapshot
 
@@ -149,15 +150,26 @@ class PinProposal:
     children: tuple[int, ...]  # the job's other members (with_children pins them too)
     suggestion: Suggestion
     move_off: tuple[Occupant, ...]
+    # The start time of the process shown, and of each one isolate would move: the pin
+    # acts on these processes only, not on whatever holds their PIDs when Enter is pressed.
+    start_ticks: int
+    move_off_starts: tuple[int, ...]
+    # Busy on those CPUs but not to be moved by ``isolate`` (another user's, PID 1, pinned
+    # on purpose), each with why: the dialog lists them, the pin reports them again.
+    left_alone: tuple[tuple[Occupant, str], ...] = ()
 
     @property
-    def isolate_candidates(self) -> tuple[int, ...]:
-        return tuple(o.pid for o in self.move_off)
+    def isolate_candidates(self) -> tuple[tuple[int, int], ...]:
+        return tuple(zip((o.pid for o in self.move_off), self.move_off_starts, strict=True))
 
 
-def propose_pin(snapshot: Snapshot, pid: int, t: Thresholds = DEFAULT_THRESHOLDS) -> PinProposal | None:
+def propose_pin(
+    snapshot: Snapshot, pid: int, t: Thresholds = DEFAULT_THRESHOLDS, *, my_uid: int | None = None
+) -> PinProposal | None:
     """The pin ``affmon pin ROOT --suggest --with-children`` would make for the job that
-    ``pid`` belongs to (or for ``pid`` alone when it is in no job); None when it is gone."""
+    ``pid`` belongs to (or for ``pid`` alone when it is in no job); None when it is gone.
+    With ``my_uid`` (the user who would pin), the busy processes ``isolate`` must leave
+    alone (``affmon.core.isolation``) are set apart from those it would move."""
     root = pid
     for candidate in find_jobs(snapshot):
         if pid in candidate.pids:
@@ -168,9 +180,15 @@ def propose_pin(snapshot: Snapshot, pid: int, t: Thresholds = DEFAULT_THRESHOLDS
         return None
     suggestion = suggest_for_job(job, snapshot, t)
     main = job.root.sample.main_thread
-    move_off = tuple(
-        sorted((o for o in occupants(snapshot, job.pids, t) if o.cpus & suggestion.cpus), key=lambda o: o.pid)
-    )
+    on_cpus = sorted((o for o in occupants(snapshot, job.pids, t) if o.cpus & suggestion.cpus), key=lambda o: o.pid)
+    kept: list[tuple[Occupant, str]] = []
+    if my_uid is not None:
+        for o in on_cpus:
+            why = left_alone(_candidate(snapshot, o.pid), my_uid)
+            if why is not None:
+                kept.append((o, why))
+    move_off = tuple(o for o in on_cpus if o.pid not in {k.pid for k, _ in kept})
+    starts = {p.sample.pid: p.sample.start_ticks for p in snapshot.processes}
     return PinProposal(
         pid=job.pid,
         name=job.root.sample.name,
@@ -178,4 +196,24 @@ def propose_pin(snapshot: Snapshot, pid: int, t: Thresholds = DEFAULT_THRESHOLDS
         children=tuple(m.sample.pid for m in job.members if m is not job.root),
         suggestion=suggestion,
         move_off=move_off,
+        start_ticks=job.root.sample.start_ticks,
+        move_off_starts=tuple(starts[o.pid] for o in move_off),
+        left_alone=tuple(kept),
+    )
+
+
+def _candidate(snapshot: Snapshot, pid: int) -> Candidate:
+    process = snapshot.process(pid)
+    assert process is not None  # an occupant comes from the snapshot
+    s = process.sample
+    main = s.main_thread
+    topo = snapshot.topology
+    allowed = (s.cgroup_cpus or topo.allowed_cpus) & topo.online_cpus
+    return Candidate(
+        pid=s.pid,
+        uid=s.uid,
+        user=s.user,
+        kernel=s.kernel,
+        mask=None if main is None or main.allowed_cpus is None else main.allowed_cpus & topo.online_cpus,
+        allowed=allowed or None,
     )

@@ -10,6 +10,9 @@ A *job* is a training process with its watched descendants that are not jobs of 
 own: a rank and its DataLoader workers (``find_jobs``). A thread is *busy* when it wanted a CPU
 (ran or waited on a run queue) for at least ``busy_demand`` of the interval.
 
+A message is display text: the names it quotes (other processes, bus ids) pass through
+``term_safe``; the evidence keeps them raw for JSON.
+
 Migrations and involuntary switches alone are never a finding: the healthy pinned job of
 NOTES.md had 201 migrations/s and 247 involuntary switches/s. They appear as evidence.
 """
@@ -22,6 +25,7 @@ from enum import IntEnum
 from typing import Any
 
 from affmon.core.cpuset import CpuSet, format_cpulist
+from affmon.core.fmt import term_safe
 from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
 from affmon.core.topology import Topology
 
@@ -195,11 +199,15 @@ def _r(value: float | None, digits: int = 2) -> float | None:
 # -- context ---------------------------------------------------------------------------
 
 
+ExpectedMasks = Mapping[tuple[int, int], CpuSet]
+
+
 @dataclass(frozen=True)
 class Context:
     topology: Topology
     thresholds: Thresholds = DEFAULT_THRESHOLDS
-    expected_masks: Mapping[int, CpuSet] = field(default_factory=dict)  # pid -> what affmon set
+    # (PID, start ticks) -> the mask affmon set: a process that reused a pinned PID is not it
+    expected_masks: ExpectedMasks = field(default_factory=dict)
 
 
 def job_gpus(job: Job, snapshot: Snapshot) -> list[GpuRates]:
@@ -322,7 +330,7 @@ def rule_contended(job: Job, snap: Snapshot, ctx: Context, jobs: Sequence[Job]) 
     if ratio is not None and ratio >= t.starved_warn and ran_on:
         others = _others_on(ran_on, job, snap, t)
         if others:
-            names = ", ".join(f"{o['pid']} ({o['name']})" for o in others[:5])
+            names = ", ".join(f"{o['pid']} ({term_safe(o['name'])})" for o in others[:5])
             more = f" and {len(others) - 5} more" if len(others) > 5 else ""
             findings.append(
                 Finding(
@@ -350,7 +358,7 @@ def rule_contended(job: Job, snap: Snapshot, ctx: Context, jobs: Sequence[Job]) 
                         job.pid,
                         (job.pid,),
                         f"its mask ({format_cpulist(mine)}) overlaps the mask of training process "
-                        f"{other.pid} ({other.root.sample.name}, {format_cpulist(theirs)}) on CPUs "
+                        f"{other.pid} ({term_safe(other.root.sample.name)}, {format_cpulist(theirs)}) on CPUs "
                         f"{format_cpulist(mine & theirs)}",
                         {
                             "mask": format_cpulist(mine),
@@ -389,7 +397,7 @@ def rule_cross_numa(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
         node = topo.node(gpu.numa_node)
         if node is None or not node.cpus:
             continue
-        bus = gpu.sample.pci_bus_id
+        bus = term_safe(gpu.sample.pci_bus_id or "?")
         where = f"GPU {gpu.sample.index} ({bus}) is on NUMA node {node.id} (CPUs {format_cpulist(node.cpus)})"
         main = job.root.sample.main_thread
         mask = main.allowed_cpus if main else None
@@ -511,7 +519,7 @@ def rule_pcie_degraded(gpu: GpuRates, t: Thresholds) -> Finding | None:
 def rule_affinity_drift(job: Job, ctx: Context) -> list[Finding]:
     findings = []
     for member in job.members:
-        expected = ctx.expected_masks.get(member.sample.pid)
+        expected = ctx.expected_masks.get(member.sample.key)
         if expected is None:
             continue
         drifted = [

@@ -10,12 +10,18 @@ sampler worker; what it hands out is frozen, so the UI thread shares nothing mut
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from affmon.core.cpuset import CpuSet
-from affmon.core.findings import DEFAULT_THRESHOLDS, Context, FindingTracker, Thresholds, evaluate, find_jobs
+from affmon.core.findings import (
+    DEFAULT_THRESHOLDS,
+    Context,
+    ExpectedMasks,
+    FindingTracker,
+    Thresholds,
+    evaluate,
+    find_jobs,
+)
 from affmon.core.rates import make_snapshot
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
@@ -57,6 +63,7 @@ class SourceInfo:
     interval_s: float
     source: str = "live"
     total_samples: int | None = None  # a replay's length
+    notice: str | None = None  # e.g. /proc hides other users' processes (hidepid)
 
 
 class Monitor:
@@ -80,7 +87,7 @@ class Monitor:
         self._proc: dict[tuple[int, int], tuple[_Ring, _Ring]] = {}
 
     def feed(
-        self, sample: Sample, expected_masks: Mapping[int, CpuSet] | None = None, *, finished: bool = False
+        self, sample: Sample, expected_masks: ExpectedMasks | None = None, *, finished: bool = False
     ) -> View | None:
         """Take the next sample; the view of the interval it closes (None for the first
         sample, or one that is not newer than the last: rates need time between two)."""
@@ -154,4 +161,5 @@ class Monitor:
             processes=len(sample.processes),
             watched=watched,
             sample_cost_s=sample.duration_s,
+            notice=info.notice,
         )

@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from affmon.core.cpuset import CpuSet
-from affmon.core.findings import Context, Finding, FindingTracker, evaluate, find_jobs
+from affmon.core.findings import Context, ExpectedMasks, Finding, FindingTracker, evaluate, find_jobs
 from affmon.core.rates import GpuRates, Snapshot, make_snapshot
 from affmon.core.samples import GpuSample, ProcessSample, Sample, ThreadSample
 from affmon.core.topology import Topology
@@ -176,7 +175,7 @@ def step(
     state: ExportState,
     sample: Sample,
     topology: Topology,
-    expected_masks: Mapping[int, CpuSet] | None = None,
+    expected_masks: ExpectedMasks | None = None,
     exporter_cpu_s: float | None = None,
 ) -> ExportState:
     """The state after one more sample."""

@@ -8,6 +8,7 @@ The suggestion is the one ``affmon pin ROOT --suggest --with-children`` makes
 
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
 from affmon.actions.journal import Journal, JournalEntry, default_journal_path
@@ -47,12 +48,13 @@ class SystemPinner:
         return self.journal if self.journal is not None else Journal(default_journal_path())
 
     def propose(self, snapshot: Snapshot, pid: int) -> PinProposal | None:
-        return propose_pin(snapshot, pid)
+        return propose_pin(snapshot, pid, my_uid=os.geteuid())
 
     def apply(self, proposal: PinProposal, *, isolate: bool, with_children: bool) -> PinResult:
         return pin(
             proposal.pid,
             proposal.suggestion.cpus,
+            start_ticks=proposal.start_ticks,
             with_children=with_children,
             journal=self._journal(),
             isolate=isolate,

@@ -1,5 +1,8 @@
 """Modal screens: the re-pin confirmation (then its result), the undo confirmation
-(then its result), and help. Nothing reaches the system before Enter on one of them."""
+(then its result), and help. Nothing reaches the system before Enter on one of them.
+
+What they show about processes (names, the planner's sentences, pin and undo messages)
+passes through ``term_safe`` and goes into Rich ``Text``, never markup."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from affmon.tui.pinner import Pinner
 def proposal_text(pr: PinProposal, *, isolate: bool, with_children: bool, p: Palette) -> Text:
     s = pr.suggestion
     out = Text()
-    out.append(f"Re-pin {pr.pid} {pr.name}", style="bold")
+    out.append(f"Re-pin {pr.pid} {fmt.term_safe(pr.name)}", style="bold")
     if pr.children:
         out.append(f" (a training rank with {len(pr.children)} workers)", style=p.muted)
     out.append("\n\n")
@@ -46,17 +49,24 @@ def proposal_text(pr: PinProposal, *, isolate: bool, with_children: bool, p: Pal
         for o in pr.move_off[:8]:
             kind = "training" if o.training else "other"
             out.append(
-                f"        {o.pid:>7} {o.name[:16]:<16} {o.cpu_percent:5.0f}% CPU on {fmt.cpus(o.cpus)} ({kind})\n"
+                f"        {o.pid:>7} {fmt.term_safe(o.name[:16]):<16} {o.cpu_percent:5.0f}% CPU on {fmt.cpus(o.cpus)} "
+                f"({kind})\n"
             )
         if len(pr.move_off) > 8:
             out.append(f"        and {len(pr.move_off) - 8} more\n", style=p.muted)
     else:
         out.append("       nothing else busy runs on those CPUs\n", style=p.muted)
+    if pr.left_alone:
+        out.append("       left alone (on the command line, `affmon pin --isolate-all` moves them):\n", style=p.muted)
+        for o, why in pr.left_alone[:6]:
+            out.append(f"        {o.pid:>7} {fmt.term_safe(o.name[:16]):<16} {fmt.term_safe(why)}\n", style=p.muted)
+        if len(pr.left_alone) > 6:
+            out.append(f"        and {len(pr.left_alone) - 6} more\n", style=p.muted)
     out.append("\nwhy these CPUs\n", style="bold")
     for warning in s.warnings:
-        out.append(f"  ! {warning}\n", style=p.warning)
+        out.append(f"  ! {fmt.term_safe(warning)}\n", style=p.warning)
     for reason in s.reasons:
-        out.append(f"  - {reason}\n", style=p.muted)
+        out.append(f"  - {fmt.term_safe(reason)}\n", style=p.muted)
     return out
 
 
@@ -66,8 +76,8 @@ def pin_result_text(result: PinResult, p: Palette) -> Text:
         out.append(f"pinned to CPUs {fmt.cpus(result.cpus)}\n", style=f"bold {p.success}")
     else:
         out.append("not pinned: ", style=f"bold {p.error}")
-        out.append(f"{result.error}\n")
-    lines = result_text(result) if result.threads else []
+        out.append(f"{fmt.term_safe(str(result.error))}\n")
+    lines = [fmt.term_safe(line) for line in result_text(result)] if result.threads else []
     out.append("\n".join(lines) + ("\n" if lines else ""), style="")
     return out
 
@@ -78,8 +88,8 @@ def undo_result_text(result: UndoResult, p: Palette) -> Text:
         out.append("undone: every journaled mask is back\n", style=f"bold {p.success}")
     else:
         out.append("undo failed: ", style=f"bold {p.error}")
-        out.append(f"{result.error}\n")
-    out.append("\n".join(undo_text(result)))
+        out.append(f"{fmt.term_safe(str(result.error))}\n")
+    out.append("\n".join(fmt.term_safe(line) for line in undo_text(result)))
     return out
 
 
@@ -191,7 +201,7 @@ class PinScreen(_ActionScreen):
             return None
         if r.ok:
             return f"pinned {self.proposal.pid} to CPUs {fmt.cpus(r.cpus)} (u undoes it)"
-        return f"pin of {self.proposal.pid} failed: {r.error}"
+        return f"pin of {self.proposal.pid} failed: {fmt.term_safe(str(r.error))}"
 
 
 class UndoScreen(_ActionScreen):
@@ -205,7 +215,7 @@ class UndoScreen(_ActionScreen):
         if self.result is not None:
             return undo_result_text(self.result, self.palette)
         return Text.assemble(
-            ("Undo the last pin\n\n", "bold"), self.description, "\n\nEvery journaled mask is put back."
+            ("Undo the last pin\n\n", "bold"), fmt.term_safe(self.description), "\n\nEvery journaled mask is put back."
         )
 
     def _start(self) -> None:
@@ -227,7 +237,7 @@ class UndoScreen(_ActionScreen):
         r = self.result
         if r is None:
             return None
-        return "undone: masks restored" if r.ok else f"undo failed: {r.error}"
+        return "undone: masks restored" if r.ok else f"undo failed: {fmt.term_safe(str(r.error))}"
 
 
 HELP = """\

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from textual.pilot import Pilot
@@ -13,6 +13,7 @@ from affmon.actions.pin import PinResult, ThreadResult
 from affmon.actions.undo import UndoResult
 from affmon.core.advice import PinProposal, propose_pin
 from affmon.core.cpuset import CpuSet
+from affmon.core.findings import ExpectedMasks
 from affmon.core.monitor import SourceInfo
 from affmon.core.rates import Snapshot
 from affmon.core.samples import Sample
@@ -41,7 +42,7 @@ class FakePinner:
         self.calls.append((proposal.pid, cpus, isolate, with_children))
         if self.fail:
             failed = ThreadResult(proposal.pid, proposal.pid + 1, frozenset({0, 1}), None, "failed", self.fail)
-            return PinResult(False, cpus, (failed,), self.fail, True, None)
+            return PinResult(False, cpus, (failed,), self.fail, True, None, changed=True)
         threads = (ThreadResult(proposal.pid, proposal.pid, frozenset({0, 1}), cpus, "set"),)
         return PinResult(True, cpus, threads, None, False, "test-entry")
 
@@ -86,7 +87,7 @@ class ListSource:
     def pace_s(self) -> float:
         return 0.0
 
-    def expected_masks(self) -> Mapping[int, CpuSet]:
+    def expected_masks(self) -> ExpectedMasks:
         return {}
 
     def close(self) -> None:
