@@ -456,7 +456,8 @@ def test_pcilocality_gpu_numa_minus_one(tree, tmp_path):
     assert (device / "numa_node").read_text().strip() == "-1"
     root = tmp_path / "root"
     (root / "sys/devices").mkdir(parents=True)
-    (root / "sys/devices/system").symlink_to(source / "sys/devices/system")
+    # A copy: a link to the source tree would leave this root, and links are resolved inside it.
+    shutil.copytree(source / "sys/devices/system", root / "sys/devices/system", symlinks=True)
     copy = root / "sys/bus/pci/devices/0000:09:03.0"
     copy.mkdir(parents=True)
     for name in ("class", "numa_node", "local_cpulist", "local_cpus"):

@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from affmon.collect.fs import list_dir, read_line, read_text
+from affmon.collect.fs import clipped, list_dir, quoted, read_line, read_text, shown_path
 from affmon.core.cpuset import CpuSet, parse_cpulist
 from affmon.core.errors import ParseError
 
@@ -99,7 +99,7 @@ def parse_mounts(text: str) -> tuple[Mount, ...]:
         if not fields:
             continue
         if len(fields) < 4:
-            raise ParseError(f"bad /proc/mounts line {line[:80]!r}")
+            raise ParseError(f"bad /proc/mounts line {quoted(line, 80)}")
         device, mountpoint, fstype, options = fields[:4]
         mounts.append(
             Mount(
@@ -231,7 +231,7 @@ def _parse(text: str, directory: str, name: str) -> CpuSet:
     try:
         return parse_cpulist(text)
     except ParseError as exc:
-        raise ParseError(f"{directory}/{name}: {exc}") from None
+        raise ParseError(f"{shown_path(directory)}/{name}: {clipped(str(exc))}") from None
 
 
 __all__ = ["Mount", "cgroup_cpuset", "cgroup_mems", "parse_mounts", "read_mounts"]

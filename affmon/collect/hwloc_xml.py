@@ -42,7 +42,10 @@ What is read
     * Cache groups: the objects of the highest cache level present (``L<n>Cache``,
       level from the ``depth`` attribute), leaving out instruction caches
       (``L<n>iCache``, ``cache_type="2"``) and memory-side caches (``MemCache``), each
-      with the PUs under it.
+      with the PUs under it. No machine nests a cache in another of the same level; in a
+      file that does, each PU is in the nearest one only. (Counting it in every
+      enclosing one, 5,000 nested caches with a PU each made 12.5 million memberships:
+      ``affmon topology`` took 10 s and 1.2 GB.)
     * GPUs: ``PCIDev`` objects whose ``pci_type`` (``"0302 [10de:1db5] [10de:1249] a1"``:
       class, [vendor:device], [subvendor:subdevice], revision...) is a display class of
       a GPU vendor (``gpu_vendor``). The bus id is ``pci_busid``, lower-cased.
@@ -60,18 +63,36 @@ What is read
 Objects of other types (Machine, Group, Die, Misc, MemCache, caches below the top
 level, Bridge, OSDev) are walked through; only ``object`` elements are descended into.
 
-Errors: a file that cannot be read is a ``SourceError``; anything wrong with its
-content (not XML, truncated, not hwloc, wrong version, missing or malformed
-attribute) is a ``ParseError``. Both carry one line naming the file.
+Bounds
+    At most ``MAX_XML_BYTES`` (32 MiB) are read; a larger file (or an endless stream
+    such as ``/dev/zero``) is refused. hwloc writes about 1.7 KB per CPU (326 KB for
+    the 192-CPU fixture), so the largest machine Linux supports (8,192 CPUs) fits with
+    room for its I/O objects; 32 MiB of the smallest possible objects is read in about
+    6 s and 0.5 GB. A PU ``os_index`` above ``MAX_CPU_ID`` is refused, as it is in a
+    cpuset. Elements nested deeper than ``MAX_DEPTH`` (1,000) are refused while
+    parsing, before the tree is built: a machine's objects nest a few dozen deep
+    (Machine, Package, Group, Die, caches, Core, PU, and a chain of PCI bridges).
+    Within those bounds time and memory grow linearly with the file: every object is
+    visited once, what it inherits is shared with its parent, and a GPU's locality is
+    parsed once per ancestor however many GPUs share it.
+
+Errors: a file that cannot be read, or is too big, is a ``SourceError``; anything
+wrong with its content (not XML, truncated, too deep, not hwloc, wrong version,
+missing or malformed attribute) is a ``ParseError``. Both carry one line naming the
+file, and quote at most a short, escaped part of its content.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import NamedTuple
 
-from affmon.core.cpuset import CpuSet, parse_cpumask
+from affmon.core.cpuset import MAX_CPU_ID, CpuSet, parse_cpumask
 from affmon.core.errors import ParseError, SourceError
 from affmon.core.topology import (
     CacheGroup,
@@ -85,6 +106,9 @@ from affmon.core.topology import (
 )
 
 SOURCE = "hwloc-xml"
+MAX_XML_BYTES = 32 << 20
+MAX_DEPTH = 1000
+_FEED_BYTES = 1 << 16  # parsed this much at a time, the nesting depth checked in between
 
 # Objects of these types carry no cpuset: locality comes from the first other ancestor.
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})
@@ -98,12 +122,22 @@ _VERSION = re.compile(r"([0-9]{1,9})(?:\.[0-9]+)*")
 _V1_HINT = "is hwloc XML v1; re-export it with hwloc 2 (lstopo --of xml)"
 
 
+@dataclass(frozen=True, slots=True)
+class _Cache:
+    """An enclosing data/unified cache object, linked to the next one up: a child
+    shares its parent's chain instead of copying it."""
+
+    level: int
+    serial: int
+    parent: _Cache | None
+
+
 class _Ctx(NamedTuple):
     """What an object inherits from its ancestors during the walk."""
 
     package: int | None  # os_index of the nearest Package (-1: it has none); None: no Package
     core: int | None  # serial of the nearest Core element
-    caches: tuple[tuple[int, int], ...]  # (level, serial) of enclosing data/unified caches
+    cache: _Cache | None  # nearest enclosing data/unified cache
     locality: ET.Element | None  # nearest ancestor-or-self with a cpuset, not an I/O object
 
 
@@ -120,12 +154,26 @@ def read_hwloc_xml(path: str) -> Topology:
 
 
 def _read(path: str) -> bytes:
+    """The file's bytes, at most ``MAX_XML_BYTES``. A pipe (``--hwloc-xml <(lstopo --of
+    xml)``) is read too, up to the same bound."""
+    too_big = f"hwloc XML {path} is larger than {MAX_XML_BYTES >> 20} MiB: not a machine's topology"
+    chunks: list[bytes] = []
+    total = 0
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        with open(path, "rb", buffering=0) as f:
+            info = os.fstat(f.fileno())
+            if stat.S_ISREG(info.st_mode) and info.st_size > MAX_XML_BYTES:
+                raise SourceError(too_big)
+            # In pieces: ``read(MAX_XML_BYTES + 1)`` would allocate the whole bound at once.
+            while chunk := f.read(_FEED_BYTES):
+                total += len(chunk)
+                if total > MAX_XML_BYTES:
+                    raise SourceError(too_big)
+                chunks.append(chunk)
     except OSError as exc:
         reason = exc.strerror or exc.__class__.__name__
         raise SourceError(f"cannot read hwloc XML {path}: {reason}") from None
+    return b"".join(chunks)
 
 
 def _parse(path: str, data: bytes) -> ET.Element:
@@ -136,18 +184,43 @@ def _parse(path: str, data: bytes) -> ET.Element:
         # tricks (external entities, exponential expansion) whatever expat allows.
         raise ParseError(f"{path}: entity declarations are not allowed in hwloc XML")
     try:
-        return ET.fromstring(data)
+        return _parse_bounded(path, data)
+    except ParseError:
+        raise
     except ET.ParseError as exc:
-        raise ParseError(f"{path}: malformed XML: {_one_line(str(exc))}") from None
+        raise ParseError(f"{path}: malformed XML: {_shown(str(exc), 120)}") from None
     except (ValueError, LookupError) as exc:
-        raise ParseError(f"{path}: unreadable XML: {_one_line(str(exc))}") from None
+        raise ParseError(f"{path}: unreadable XML: {_shown(str(exc), 120)}") from None
+
+
+def _parse_bounded(path: str, data: bytes) -> ET.Element:
+    """``ET.fromstring``, refusing elements nested deeper than ``MAX_DEPTH`` as soon as
+    the parser reaches them (a deep file is refused before its tree is built)."""
+    parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))
+    root: ET.Element | None = None
+    depth = 0
+    for offset in range(0, len(data), _FEED_BYTES):
+        parser.feed(data[offset : offset + _FEED_BYTES])
+        for event in parser.read_events():
+            if event[0] == "end":
+                depth -= 1
+                continue
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ParseError(f"{path}: XML elements nested more than {MAX_DEPTH} deep: not a machine's topology")
+            if root is None and isinstance(event[-1], ET.Element):
+                root = event[-1]
+    parser.close()
+    if root is None:  # expat refuses a document without an element first
+        raise ParseError(f"{path}: no XML element")
+    return root
 
 
 def _root_object(path: str, root: ET.Element) -> ET.Element:
     if root.tag == "root":
         raise ParseError(f"{path} {_V1_HINT}")
     if root.tag != "topology":
-        raise ParseError(f"{path}: not hwloc XML (root element <{_one_line(root.tag)[:40]}>)")
+        raise ParseError(f"{path}: not hwloc XML (root element <{_shown(root.tag, 40)}>)")
     version = root.get("version")
     if version is None:
         raise ParseError(f"{path} {_V1_HINT}")
@@ -169,7 +242,7 @@ def _build(path: str, machine: ET.Element) -> Topology:
     gpu_elems: list[tuple[ET.Element, ET.Element | None]] = []
 
     serial = 0
-    stack: list[tuple[ET.Element, _Ctx]] = [(machine, _Ctx(None, None, (), None))]
+    stack: list[tuple[ET.Element, _Ctx]] = [(machine, _Ctx(None, None, None, None))]
     while stack:
         elem, ctx = stack.pop()
         serial += 1
@@ -180,6 +253,8 @@ def _build(path: str, machine: ET.Element) -> Topology:
             ctx = ctx._replace(locality=elem)
         if kind == "PU":
             cpu = _int_attr(path, elem, "os_index")
+            if cpu > MAX_CPU_ID:
+                raise ParseError(f"{path}: PU os_index {cpu} is beyond any Linux CPU id (at most {MAX_CPU_ID})")
             if cpu in pus:
                 raise ParseError(f"{path}: PU os_index {cpu} appears twice")
             pus[cpu] = _Pu(serial, ctx)
@@ -194,7 +269,7 @@ def _build(path: str, machine: ET.Element) -> Topology:
         else:
             level = _cache_level(path, elem, kind)
             if level is not None:
-                ctx = ctx._replace(caches=(*ctx.caches, (level, serial)))
+                ctx = ctx._replace(cache=_Cache(level, serial, ctx.cache))
         # Reversed so the walk visits children in file order (not needed, but tidy).
         stack.extend((child, ctx) for child in reversed(elem.findall("object")))
 
@@ -215,20 +290,22 @@ def _build(path: str, machine: ET.Element) -> Topology:
     package_cpus: dict[int, set[int]] = {}
     core_cpus: dict[int, set[int]] = {}
     core_package: dict[int, int] = {}
-    cache_cpus: dict[tuple[int, int], set[int]] = {}
+    cache_cpus: dict[int, set[int]] = {}
+    top_level = _top_cache_level(pu.ctx.cache for pu in pus.values())
+    nearest_top: dict[int, int | None] = {}
     for cpu, pu in pus.items():
         if pu.ctx.package is not None:
             package_cpus.setdefault(pu.ctx.package, set()).add(cpu)
         core_key = pu.ctx.core if pu.ctx.core is not None else pu.serial
         core_cpus.setdefault(core_key, set()).add(cpu)
         core_package[core_key] = -1 if pu.ctx.package is None else pu.ctx.package
-        for cache in pu.ctx.caches:
+        cache = _nearest_of_level(pu.ctx.cache, top_level, nearest_top)
+        if cache is not None:
             cache_cpus.setdefault(cache, set()).add(cpu)
+    l3_groups = [CacheGroup(top_level, frozenset(cpus)) for cpus in cache_cpus.values() if top_level is not None]
 
-    top_level = max((level for level, _ in cache_cpus), default=None)
-    l3_groups = [CacheGroup(level, frozenset(cpus)) for (level, _), cpus in cache_cpus.items() if level == top_level]
-
-    gpus = [gpu for elem, locality in gpu_elems if (gpu := _gpu(path, elem, locality, online, nodes))]
+    localities: dict[ET.Element, tuple[CpuSet | None, int | None]] = {}
+    gpus = [gpu for elem, locality in gpu_elems if (gpu := _gpu(path, elem, locality, online, nodes, localities))]
     bus_ids = [g.pci_bus_id for g in gpus]
     if len(set(bus_ids)) != len(bus_ids):
         raise ParseError(f"{path}: a GPU PCI bus id appears twice")
@@ -243,6 +320,40 @@ def _build(path: str, machine: ET.Element) -> Topology:
         l3_groups=l3_groups,
         gpus=gpus,
     )
+
+
+def _top_cache_level(chains: Iterable[_Cache | None]) -> int | None:
+    """The highest level among the caches with a PU under them; each cache is looked at
+    once, however many PUs it holds."""
+    seen: set[int] = set()
+    top: int | None = None
+    for cache in chains:
+        while cache is not None and cache.serial not in seen:
+            seen.add(cache.serial)
+            top = cache.level if top is None else max(top, cache.level)
+            cache = cache.parent
+    return top
+
+
+def _nearest_of_level(cache: _Cache | None, level: int | None, memo: dict[int, int | None]) -> int | None:
+    """Serial of the nearest cache of ``level`` in the chain from ``cache`` up, or None;
+    ``memo`` (serial -> answer) makes every cache's answer computed once."""
+    passed: list[int] = []
+    found: int | None = None
+    while cache is not None:
+        if cache.serial in memo:
+            found = memo[cache.serial]
+            break
+        if cache.level == level:
+            found = cache.serial
+            break
+        passed.append(cache.serial)
+        cache = cache.parent
+    for serial in passed:
+        memo[serial] = found
+    if cache is not None:
+        memo[cache.serial] = found
+    return found
 
 
 def _cache_level(path: str, elem: ET.Element, kind: str) -> int | None:
@@ -263,6 +374,7 @@ def _gpu(
     locality: ET.Element | None,
     online: CpuSet,
     nodes: dict[int, NumaNode],
+    localities: dict[ET.Element, tuple[CpuSet | None, int | None]],
 ) -> Gpu | None:
     pci_type = _attr(path, elem, "pci_type")
     match = _PCI_TYPE.match(pci_type)
@@ -275,16 +387,27 @@ def _gpu(
     local_cpus: CpuSet | None = None
     numa_node: int | None = None
     if locality is not None:
-        local_cpus = _mask(path, locality, "cpuset") & online or None
-        if local_cpus is not None and locality.get("nodeset") is not None:
-            candidates = [
-                n
-                for n in sorted(_mask(path, locality, "nodeset"))
-                if n in nodes and nodes[n].cpus  # a node with CPUs, present in the file
-            ]
-            if len(candidates) == 1:
-                numa_node = candidates[0]
+        if locality not in localities:
+            localities[locality] = _locality(path, locality, online, nodes)
+        local_cpus, numa_node = localities[locality]
     return Gpu(pci_bus_id=bus_id, vendor=vendor, numa_node=numa_node, local_cpus=local_cpus)
+
+
+def _locality(
+    path: str, locality: ET.Element, online: CpuSet, nodes: dict[int, NumaNode]
+) -> tuple[CpuSet | None, int | None]:
+    """Local CPUs and NUMA node of the devices under ``locality`` (module doc)."""
+    local_cpus = _mask(path, locality, "cpuset") & online or None
+    numa_node = None
+    if local_cpus is not None and locality.get("nodeset") is not None:
+        candidates = [
+            n
+            for n in sorted(_mask(path, locality, "nodeset"))
+            if n in nodes and nodes[n].cpus  # a node with CPUs, present in the file
+        ]
+        if len(candidates) == 1:
+            numa_node = candidates[0]
+    return local_cpus, numa_node
 
 
 def _attr(path: str, elem: ET.Element, name: str) -> str:
@@ -315,17 +438,25 @@ def _mask(path: str, elem: ET.Element, name: str) -> CpuSet:
     try:
         return parse_cpumask(text)
     except ParseError as exc:
-        raise ParseError(f"{path}: {_describe(elem)} object: bad {name}: {_one_line(str(exc))}") from None
+        raise ParseError(f"{path}: {_describe(elem)} object: bad {name}: {_shown(str(exc), 120)}") from None
 
 
 def _describe(elem: ET.Element) -> str:
-    kind = _one_line(elem.get("type", "untyped"))[:30]
+    kind = _shown(elem.get("type", "untyped"), 30)
     index = elem.get("os_index")
-    return kind if index is None else f"{kind} (os_index {_one_line(index)[:12]})"
+    return kind if index is None else f"{kind} (os_index {_shown(index, 12)})"
 
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def _shown(text: str, limit: int) -> str:
+    """Text from the file (or a message quoting it) for an error: one line, at most
+    ``limit`` characters, escaped with ``repr`` if anything in it is not printable (XML
+    allows C1 controls and bidirectional overrides in attribute values)."""
+    line = _one_line(text)[:limit]
+    return line if line.isprintable() else repr(line)
 
 
 __all__ = ["SOURCE", "read_hwloc_xml"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from affmon.collect.fs import join, read_bytes
+from affmon.collect.fs import clipped, is_live, list_dir, quoted, read_bytes, read_file
 from affmon.core.cpuset import CpuSet, parse_cpulist
 from affmon.core.errors import ParseError
 
@@ -94,7 +94,7 @@ def parse_schedstat(text: str) -> SchedStat | None:
     try:
         cpu_ns, wait_ns, slices = _uint(parts[0]), _uint(parts[1]), _uint(parts[2])
     except ValueError:
-        raise ParseError(f"bad number in schedstat {text.strip()!r}") from None
+        raise ParseError(f"bad number in schedstat {quoted(text.strip())}") from None
     if cpu_ns == 0 and wait_ns == 0 and slices == 0:
         return None
     return SchedStat(cpu_ns, wait_ns, slices)
@@ -123,7 +123,7 @@ def parse_sched(text: str) -> SchedCounters:
             try:
                 values[key] = _uint(value.strip().split(".")[0])
             except ValueError:
-                raise ParseError(f"bad value for {key} in sched: {value.strip()!r}") from None
+                raise ParseError(f"bad value for {key} in sched: {quoted(value.strip())}") from None
     return SchedCounters(
         voluntary_switches=values.get("nr_voluntary_switches"),
         involuntary_switches=values.get("nr_involuntary_switches"),
@@ -160,11 +160,16 @@ def parse_status(text: str) -> StatusFields:
         try:
             return _uint(first)
         except ValueError:
-            raise ParseError(f"bad value for {key} in status: {raw!r}") from None
+            raise ParseError(f"bad value for {key} in status: {quoted(raw)}") from None
 
     def cpulist(key: str) -> CpuSet | None:
         raw = fields.get(key)
-        return None if raw is None else parse_cpulist(raw)
+        if raw is None:
+            return None
+        try:
+            return parse_cpulist(raw)
+        except ParseError as exc:
+            raise ParseError(f"bad value for {key} in status: {clipped(str(exc))}") from None
 
     return StatusFields(
         uid=number("Uid"),
@@ -188,32 +193,36 @@ def cmdline_argv(data: bytes) -> list[str]:
 
 class ProcFs:
     """Reader of ``/proc`` under ``root``. ``live`` (root ``/``) allows system calls on
-    the real tasks (``sched_getaffinity``); a recorded tree only has its files."""
+    the real tasks (``sched_getaffinity``) and opens paths as they are; a recorded tree
+    only has its files, read inside it (``affmon.collect.fs``)."""
 
     def __init__(self, root: str = "/") -> None:
         self.root = root
-        self.live = root in ("", "/")
-        self._proc = join(root, "/proc")
+        self.live = is_live(root)
 
     def pids(self) -> list[int]:
-        try:
-            names = os.listdir(self._proc)
-        except OSError:
-            return []
-        return [int(n) for n in names if n.isdigit()]
+        return [int(n) for n in self._names("/proc") if n.isdigit()]
 
     def tids(self, pid: int) -> list[int]:
+        return [int(n) for n in self._names(f"/proc/{pid}/task") if n.isdigit()]
+
+    def _names(self, path: str) -> list[str]:
+        if not self.live:
+            return list_dir(self.root, path)
         try:
-            names = os.listdir(f"{self._proc}/{pid}/task")
+            return os.listdir(path)
         except OSError:
             return []
-        return [int(n) for n in names if n.isdigit()]
 
     def read(self, pid: int, name: str) -> bytes | None:
-        return read_bytes(f"{self._proc}/{pid}/{name}")
+        if self.live:
+            return read_bytes(f"/proc/{pid}/{name}")
+        return read_file(self.root, f"/proc/{pid}/{name}")
 
     def read_task(self, pid: int, tid: int, name: str) -> bytes | None:
-        return read_bytes(f"{self._proc}/{pid}/task/{tid}/{name}")
+        if self.live:
+            return read_bytes(f"/proc/{pid}/task/{tid}/{name}")
+        return read_file(self.root, f"/proc/{pid}/task/{tid}/{name}")
 
     def stat(self, pid: int, tid: int | None = None) -> StatFields | None:
         data = self.read(pid, "stat") if tid is None else self.read_task(pid, tid, "stat")

@@ -1,7 +1,8 @@
 """Read a ``Topology`` from a live or recorded Linux sysfs tree (``source="sysfs"``).
 
-Every file is read under ``root`` through ``affmon.collect.fs``; each per-CPU file at
-most once. What is read, and what a missing file becomes:
+Every file is read under ``root`` through ``affmon.collect.fs`` (in a recorded tree,
+links are resolved inside the tree and only regular files are read); each per-CPU file
+at most once. What is read, and what a missing file becomes:
 
 * Online CPUs: ``/sys/devices/system/cpu/online``; without it, every ``cpuN`` whose
   ``online`` is not ``0`` (``cpu0`` often has no ``online`` file: it is online).
@@ -37,13 +38,12 @@ parsed raises ``ParseError`` naming it.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from affmon.collect.cgroup import cgroup_cpuset
-from affmon.collect.fs import join, list_dir, read_line
+from affmon.collect.fs import clipped, is_dir, join, list_dir, quoted, read_line, shown_path
 from affmon.core.cpuset import CpuSet, parse_cpulist, parse_cpumask
 from affmon.core.errors import ParseError, SourceError
 from affmon.core.topology import (
@@ -79,7 +79,7 @@ class _CpuInfo:
 
 def read_topology(root: str = "/") -> Topology:
     """The machine under ``root`` as sysfs describes it."""
-    if not os.path.isdir(join(root, CPU_DIR)):
+    if not is_dir(root, CPU_DIR):
         raise SourceError(f"not a Linux sysfs tree: {join(root, CPU_DIR)} is not a directory")
     online = _online_cpus(root)
     infos = {cpu: _cpu_info(root, cpu) for cpu in sorted(online)}
@@ -237,14 +237,14 @@ def _parse(parser: Callable[[str], CpuSet], text: str, path: str) -> CpuSet:
     try:
         return parser(text)
     except ParseError as exc:
-        raise ParseError(f"{path}: {exc}") from None
+        raise ParseError(f"{shown_path(path)}: {clipped(str(exc))}") from None
 
 
 def _parse_int(text: str, path: str, base: int = 10) -> int:
     try:
         return int(text, base)
     except ValueError:
-        raise ParseError(f"{path}: not a number: {text[:40]!r}") from None
+        raise ParseError(f"{shown_path(path)}: not a number: {quoted(text)}") from None
 
 
 def _numbered(names: Iterable[str], pattern: re.Pattern[str]) -> list[int]:

@@ -36,18 +36,18 @@ def parse_cpulist(text: str) -> CpuSet:
     for part in text.split(","):
         part = part.strip()
         if not part:
-            raise ParseError(f"empty item in cpulist {text!r}")
+            raise ParseError(f"empty item in cpulist {text[:60]!r}")
         stride = 1
         if ":" in part:
             part, _, stride_text = part.partition(":")
             stride = _parse_id(stride_text, text)
             if stride < 1:
-                raise ParseError(f"bad stride in cpulist {text!r}")
+                raise ParseError(f"bad stride in cpulist {text[:60]!r}")
         first_text, dash, last_text = part.partition("-")
         first = _parse_id(first_text, text)
         last = _parse_id(last_text, text) if dash else first
         if last < first:
-            raise ParseError(f"descending range in cpulist {text!r}")
+            raise ParseError(f"descending range in cpulist {text[:60]!r}")
         # One bit every ``stride`` bits, ``count`` times, in one big-integer expression:
         # an item costs the same whatever its size. (Enumerating each range id by id
         # made 10,000 copies of 0-65536 take 18 s.)
@@ -64,12 +64,12 @@ def _bits(value: int) -> CpuSet:
 def _parse_id(item: str, whole: str) -> int:
     item = item.strip()
     if not item.isdigit() or not item.isascii():
-        raise ParseError(f"not a CPU number: {item!r} in cpulist {whole!r}")
+        raise ParseError(f"not a CPU number: {item[:20]!r} in cpulist {whole[:60]!r}")
     if len(item.lstrip("0")) > len(str(MAX_CPU_ID)):  # before int(): 5,000 digits raise ValueError
         raise ParseError(f"CPU id {item[:20]}... too large in cpulist {whole[:60]!r}")
     value = int(item)
     if value > MAX_CPU_ID:
-        raise ParseError(f"CPU id {value} too large in cpulist {whole!r}")
+        raise ParseError(f"CPU id {value} too large in cpulist {whole[:60]!r}")
     return value
 
 
@@ -110,9 +110,9 @@ def parse_cpumask(text: str) -> CpuSet:
         elif word.lower().startswith("0x"):
             word = word[2:]
         if "..." in word:
-            raise ParseError(f"infinite CPU mask {text!r}")
+            raise ParseError(f"infinite CPU mask {text[:60]!r}")
         if not word or len(word) > 8 or any(c not in "0123456789abcdefABCDEF" for c in word):
-            raise ParseError(f"bad word {word!r} in CPU mask {text!r}")
+            raise ParseError(f"bad word {word[:20]!r} in CPU mask {text[:60]!r}")
         value = (value << 32) | int(word, 16)
         # Checked at every word, not once at the end: hwloc's elided zero words let a
         # short file (``0x1`` and a million commas) grow the number without bound.
