@@ -128,3 +128,24 @@ def test_process_fields():
 )
 def test_training_candidates(comm, argv, expected):
     assert is_training_candidate(comm, argv) is expected
+
+
+def test_an_unwatched_process_still_says_whose_it_is():
+    """Others are sampled lightly (no status each tick), but isolation must know their
+    owner: it is read once per process."""
+    sleeper = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "30"])
+    try:
+        with workload("--sleepers", "1") as w:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                sampler = Sampler("/", Selection(pids=(w["pid"],), others=True))
+                found = {p.pid: p for p in sampler.sample().processes}
+                if sleeper.pid in found and found[sleeper.pid].name == "sleep":
+                    break
+                time.sleep(0.05)
+            other = found[sleeper.pid]
+            assert not other.watched and other.uid == 65534 and other.user == "nobody"
+            assert found[w["pid"]].watched and found[w["pid"]].uid == os.getuid()
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -90,6 +90,9 @@ class _ProcessMemo:
     cmdline: str | None
     candidate: bool
     threads: dict[int, _ThreadMemo] = field(default_factory=dict)
+    # The owner (real UID), read once per process: an unwatched process's status is not
+    # read each tick, but isolation must know whose it is.
+    uid: int | None = None
     cpu_ticks: int = -1  # the whole process's utime + stime at the last full read
     quiet_ticks: int = 0  # samples since then that found it quiet
 
@@ -182,6 +185,8 @@ class Sampler:
                 cmdline=None if raw is None else parse_cmdline(raw),
                 candidate=is_training_candidate(stat.comm, argv),
             )
+            status = _or_none(self.proc.status, stat.pid)
+            memo.uid = status.uid if status else None
             self._memo[stat.pid] = memo
         return memo
 
@@ -251,8 +256,8 @@ class Sampler:
             start_ticks=stat.start_ticks,
             ppid=stat.ppid,
             name=stat.comm,
-            uid=status.uid if status else None,
-            user=self._user(status.uid if status else None),
+            uid=status.uid if status else memo.uid,
+            user=self._user(status.uid if status else memo.uid),
             cmdline=memo.cmdline,
             mems_allowed=status.mems_allowed if status else None,
             cgroup_cpus=cgroup_cpus,
