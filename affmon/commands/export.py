@@ -70,11 +70,13 @@ def add_export_parser(subparsers: argparse._SubParsersAction[Any]) -> argparse.A
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from affmon.actions.journal import pinned_masks
+    from affmon.actions.journal import PinnedMasks
     from affmon.collect.sampler import Selection
     from affmon.commands.common import live_sources
+    from affmon.export.server import raise_fd_limit
     from affmon.export.service import Exporter, format_address
 
+    raise_fd_limit()  # the connection limit takes at most half of what is free (affmon.export.server)
     host, port = args.listen
     with live_sources(Selection(pids=tuple(args.pid), others=True)) as src:
         exporter = Exporter(
@@ -83,7 +85,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             interval_s=args.interval,
             threads=args.threads,
             nvml_available=src.gateway is not None and src.gateway.available,
-            expected_masks=pinned_masks,
+            expected_masks=PinnedMasks(),
         )
         bound = exporter.listen(host, port)
         stop = threading.Event()

@@ -1,5 +1,6 @@
 """The running exporter: a sampling thread that publishes a new ``ExportState`` every
-interval, and prometheus-client's HTTP server that formats whatever was published last.
+interval, and an HTTP server (``affmon.export.server``) that sends prometheus-client's
+rendering of whatever was published last (``affmon.export.render``).
 
 Sampling is off the request path: a scrape never waits for /proc or NVML (an NVML call
 can block for tens of milliseconds, a hung GPU for much longer). The sampler schedules
@@ -11,45 +12,31 @@ state stays served; ``affmon_export_last_sample_timestamp_seconds`` then stops m
 
 from __future__ import annotations
 
-import errno
-import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from wsgiref.simple_server import WSGIServer
+from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
-from affmon.core.cpuset import CpuSet
-from affmon.core.errors import AffmonError
+from affmon.core.findings import ExpectedMasks
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
 from affmon.export.collector import StateCollector
+from affmon.export.render import Renderer
+from affmon.export.server import CONNECTION_LIMIT, HELD_BYTES_LIMIT, IDLE_TIMEOUT_S, MetricsServer, format_address
 from affmon.export.state import ExportState, failed, step
 
-
-def format_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+__all__ = ["Exporter", "format_address"]
 
 
-def _why(exc: OSError) -> str:
-    if isinstance(exc, socket.gaierror):
-        return "no such host or address"
-    reasons = {
-        errno.EADDRINUSE: "the port is in use (another exporter?)",
-        errno.EADDRNOTAVAIL: "not an address of this machine",
-        errno.EACCES: "permission denied (ports below 1024 need CAP_NET_BIND_SERVICE)",
-    }
-    return reasons.get(exc.errno or 0, exc.strerror or str(exc))
-
-
-def _no_masks() -> Mapping[int, CpuSet]:
+def _no_masks() -> ExpectedMasks:
     return {}
 
 
 class Exporter:
-    """``sample`` is the sampler (``Sampler.sample``), called only on the sampling thread."""
+    """``sample`` is the sampler (``Sampler.sample``), called only on the sampling thread.
+    The last three limits are the HTTP server's (``affmon.export.server``)."""
 
     def __init__(
         self,
@@ -59,18 +46,29 @@ class Exporter:
         interval_s: float = 1.0,
         threads: bool = False,
         nvml_available: bool = False,
-        expected_masks: Callable[[], Mapping[int, CpuSet]] = _no_masks,
+        expected_masks: Callable[[], ExpectedMasks] = _no_masks,
+        connection_limit: int = CONNECTION_LIMIT,
+        idle_timeout_s: int = IDLE_TIMEOUT_S,
+        held_bytes_limit: int = HELD_BYTES_LIMIT,
     ) -> None:
         self._sample = sample
         self._topology = topology
         self.interval_s = interval_s
         self._expected_masks = expected_masks
         self._state = ExportState(nvml_available=nvml_available)
+        # The latest state as a registry, for a caller that formats or serves it another way;
+        # the HTTP server renders through ``renderer``, once per state and request shape.
         self.registry = CollectorRegistry()
         self.registry.register(StateCollector(lambda: self._state, threads=threads))
+        self.renderer = Renderer(lambda: self._state, threads=threads)
+        self._limits = {
+            "connection_limit": connection_limit,
+            "idle_timeout_s": idle_timeout_s,
+            "held_bytes_limit": held_bytes_limit,
+        }
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
-        self._server: WSGIServer | None = None
+        self.server: MetricsServer | None = None
         self._last_error: str | None = None
 
     @property
@@ -103,13 +101,8 @@ class Exporter:
     def listen(self, host: str, port: int) -> tuple[str, int]:
         """Bind and serve; the address really bound (port 0 picks a free one). A bind
         that fails is an ``AffmonError`` naming the address and why."""
-        try:
-            server, _ = start_http_server(port, host, registry=self.registry)
-        except OSError as exc:
-            raise AffmonError(f"--listen {format_address(host, port)}: cannot listen: {_why(exc)}") from None
-        self._server = server
-        bound = server.server_address
-        return str(bound[0]), int(bound[1])
+        self.server = MetricsServer(self.renderer, host, port, **self._limits)
+        return self.server.address
 
     def start(self) -> None:
         """Start sampling (the first sample at once, the first rates one interval later)."""
@@ -118,10 +111,9 @@ class Exporter:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        if self.server is not None:
+            self.server.stop(timeout_s)
+            self.server = None
         if self._sampler is not None:
             self._sampler.join(timeout_s)
             self._sampler = None

@@ -1,0 +1,385 @@
+"""`affmon export` against its network, on loopback: idle connections past the descriptor
+limit, clients that never read a large answer, a burst of parallel scrapes, idle timeouts;
+and the shared renderings, checked against prometheus-client's own app.
+
+The attacks are bench/export_flood.py's own (``connect_many``, ``scrape``), scaled down.
+Exporters that must be measured from outside (their descriptors, their RSS) run as
+``python -m affmon export`` children."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import re
+import select
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from affmon.core.samples import Sample
+from affmon.export.collector import StateCollector
+from affmon.export.render import BodyReader, Renderer
+from affmon.export.server import fd_connection_limit
+from affmon.export.service import Exporter
+from affmon.export.state import ExportState
+from tests.test_export import process, run, sample, thread, topology
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from export_flood import (
+    SLOW_REQUEST,
+    affmon_export,
+    close_all,
+    connect_many,
+    exporter,
+    many_threads,
+    metric,
+    rss_bytes,
+    scrape,
+)
+
+REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+
+
+def wait_for(what: Callable[[], object], timeout_s: float, message: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not what():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s} s: {message}")
+        time.sleep(0.05)
+
+
+def counter(url: str, name: str, timeout_s: float = 10.0) -> float:
+    """``name`` from a scrape that must answer."""
+    _, text = scrape(url, timeout_s=timeout_s)
+    assert text is not None, f"no answer from {url}"
+    value = metric(text, name)
+    assert value is not None, name
+    return value
+
+
+def drained(conn: socket.socket, timeout_s: float = 20) -> bytes:
+    """What ``conn`` receives until the server closes it (an end of file or a reset); a
+    connection still open after ``timeout_s`` fails the test."""
+    conn.settimeout(timeout_s)
+    received = b""
+    try:
+        while chunk := conn.recv(1 << 16):
+            received += chunk
+    except ConnectionResetError:
+        pass
+    return received
+
+
+def ticking(p: int = 10) -> Callable[[], Sample]:
+    calls = [0]
+
+    def next_sample() -> Sample:
+        calls[0] += 1
+        return sample(calls[0], process(p, thread(p, 100 * calls[0], 10)))
+
+    return next_sample
+
+
+@contextmanager
+def serving(**limits: int) -> Iterator[tuple[Exporter, int]]:
+    exporter_ = Exporter(ticking(), topology(), interval_s=0.1, **limits)
+    _, port = exporter_.listen("127.0.0.1", 0)
+    exporter_.start()
+    try:
+        yield exporter_, port
+    finally:
+        exporter_.stop()
+
+
+# -- descriptors: idle connections past the limit ------------------------------------------------
+
+
+def test_idle_connections_past_the_descriptor_limit_stop_neither_sampling_nor_a_scrape():
+    """The exporter may open 64 files (soft and hard limit); 150 connections that send nothing
+    come first. Before, each took a descriptor and a thread until accept() failed with EMFILE,
+    and from then on no scrape was answered (none within 10 s)."""
+    with exporter(affmon_export(os.getpid(), threads=False, interval_s=0.2), nofile=64, hard=True) as ex:
+        wait_for(lambda: counter(ex.url, "affmon_export_samples_total") >= 2, 20, "two samples")
+        idle = connect_many(ex.port, 150)
+        try:
+            assert len(idle) == 150  # the kernel queues them: none waits on the exporter
+            took, text = scrape(ex.url, timeout_s=10)
+            assert text is not None and metric(text, "affmon_export_samples_total") is not None, took
+            before = counter(ex.url, "affmon_export_samples_total")
+            wait_for(lambda: counter(ex.url, "affmon_export_samples_total") >= before + 5, 20, "five more samples")
+            assert counter(ex.url, "affmon_export_sample_errors_total") == 0
+        finally:
+            close_all(idle)
+        assert "Too many open files" not in ex.stderr()
+
+
+def test_the_exporter_raises_its_soft_descriptor_limit_to_the_hard_one():
+    with exporter(affmon_export(os.getpid(), threads=False), nofile=64) as ex:
+        limits = Path(f"/proc/{ex.proc.pid}/limits").read_text()
+    (soft, hard) = re.search(r"^Max open files\s+(\S+)\s+(\S+)", limits, re.MULTILINE).groups()
+    assert soft == hard and hard != "64", limits
+
+
+def test_the_connection_limit_leaves_half_of_the_free_descriptors_to_the_sampler():
+    assert fd_connection_limit(100, 1024, 24) == 100
+    assert fd_connection_limit(100, 64, 14) == 25
+    assert fd_connection_limit(100, 10, 12) == 1  # never none: the exporter must still answer
+
+
+@given(st.integers(1, 10_000), st.integers(1, 1 << 20), st.integers(0, 1 << 20))
+def test_the_connection_limit_is_within_the_wanted_and_half_the_free(wanted, soft, open_now):
+    limit = fd_connection_limit(wanted, soft, open_now)
+    assert 1 <= limit <= wanted
+    assert limit == 1 or 2 * limit <= soft - open_now
+
+
+# -- memory: clients that never read a large answer ------------------------------------------------
+
+
+def test_clients_that_never_read_a_large_answer_neither_grow_the_exporter_nor_block_a_scrape():
+    """100 clients ask for the ``--threads`` body of a 1,000-thread process (about 0.7 MB) with
+    a 4 KiB receive buffer and never read. Before, each held a copy of its own: 100 bodies."""
+    readers = 100
+    with many_threads(1000) as pid, exporter(affmon_export(pid, threads=True, interval_s=0.5)) as ex:
+        wait_for(lambda: counter(ex.url, "affmon_export_samples_total") >= 2, 20, "two samples")
+        for headers in ({}, None):  # both shapes rendered once: the baseline holds one of each
+            scrape(ex.url, timeout_s=10, headers=headers)
+        _, plain = scrape(ex.url, timeout_s=10, headers={})
+        assert plain is not None
+        body_bytes = len(plain.encode())
+        assert body_bytes > 500_000, body_bytes
+        baseline = rss_bytes(ex.proc.pid)
+
+        slow = connect_many(ex.port, readers, rcvbuf=4096, request=SLOW_REQUEST)
+        try:
+            assert len(slow) == readers
+            peak = baseline
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                peak = max(peak, rss_bytes(ex.proc.pid))
+                time.sleep(0.1)
+            took, text = scrape(ex.url, timeout_s=10)
+            peak = max(peak, rss_bytes(ex.proc.pid))
+            assert text is not None and "affmon_thread_wait_ratio" in text, took
+        finally:
+            close_all(slow)
+    grown = peak - baseline
+    assert grown < readers * body_bytes / 4, f"RSS grew {grown / 1e6:.0f} MB; body {body_bytes / 1e6:.1f} MB"
+
+
+def test_a_body_is_read_through_a_view_of_the_shared_bytes():
+    made = Renderer(lambda: run(sample(0, process(10, thread(10, 100)))), threads=True).rendering(
+        {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics"}
+    )
+    reader = BodyReader(made)
+    assert reader.read() is made.body  # not a copy
+    reader.close()
+    assert reader.rendering is None
+
+
+def test_past_the_cap_a_reader_of_an_earlier_state_is_closed_and_the_latest_state_served():
+    """A reader stalls on the ``--threads`` body of a 1,500-thread process; the sampler moves
+    on. With a cap of 1 byte on bodies of earlier states, the stalled reader is closed long
+    before its idle timeout (60 s), and the next scrape is answered."""
+    big = process(10, *(thread(10 + i, 100, 10) for i in range(1500)))
+    ticks = iter(range(1_000_000))
+    exporter_ = Exporter(
+        lambda: sample(next(ticks), big), topology(), threads=True, held_bytes_limit=1, idle_timeout_s=60
+    )
+    exporter_.tick()
+    exporter_.tick()  # rates, and so per-thread series, from the second sample on
+    _, port = exporter_.listen("127.0.0.1", 0)
+    try:
+        (stalled,) = connect_many(port, 1, rcvbuf=4096, request=SLOW_REQUEST)
+        wait_for(lambda: exporter_.renderer.renders_total == 1, 20, "the stalled reader's body rendered")
+        body_bytes = len(exporter_.renderer.cached()[0].body)
+        exporter_.tick()
+        took, text = scrape(f"http://127.0.0.1:{port}/metrics", timeout_s=20)
+        assert text is not None and "affmon_thread_last_cpu" in text, took
+        server = exporter_.server
+        assert server is not None
+        wait_for(lambda: server.evicted_total >= 1, 10, "the stalled reader closed")  # at the loop's next turn
+        assert len(drained(stalled)) < body_bytes  # cut short (by a reset), not sent whole
+        stalled.close()
+    finally:
+        exporter_.stop()
+
+
+def test_stop_closes_every_connection_and_the_port():
+    with serving() as (exporter_, port):
+        idle = connect_many(port, 20)
+        slow = connect_many(port, 5, rcvbuf=4096, request=SLOW_REQUEST)
+        wait_for(lambda: exporter_.server is not None and exporter_.server.open_connections() == 25, 10, "25 open")
+        started = time.monotonic()
+        exporter_.stop()
+        assert time.monotonic() - started < 5
+        for s in idle + slow:
+            drained(s, timeout_s=10)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        close_all(idle + slow)
+
+
+# -- time: idle connections are closed ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [b"", b"GET /metrics HTTP/1.1\r\nHost: x\r\n", b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"],
+    ids=["nothing", "half a request", "a whole request, then keep-alive"],
+)
+def test_a_quiet_connection_is_closed_after_the_idle_timeout(sent):
+    with serving(idle_timeout_s=1) as (_, port), socket.create_connection(("127.0.0.1", port)) as conn:
+        started = time.monotonic()
+        conn.sendall(sent)
+        conn.settimeout(15)
+        received = b""
+        while chunk := conn.recv(65536):  # until the server closes (a timeout fails the test)
+            received += chunk
+        quiet_s = time.monotonic() - started
+    assert quiet_s >= 0.9
+    if sent.endswith(b"\r\n\r\n"):
+        assert received.startswith(b"HTTP/1.1 200") and b"affmon_export_samples_total" in received
+
+
+def test_at_the_connection_limit_the_quietest_connection_makes_room():
+    with serving(connection_limit=8) as (exporter_, port):
+        quiet = connect_many(port, 8)
+        try:
+            wait_for(lambda: exporter_.server is not None and exporter_.server.open_connections() == 8, 10, "8 open")
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+                conn.sendall(REQUEST)
+                answer = b"".join(iter(lambda: conn.recv(65536), b""))
+            assert answer.startswith(b"HTTP/1.1 200")
+            assert exporter_.server is not None and exporter_.server.evicted_total >= 1
+            quiet[0].settimeout(10)
+            assert quiet[0].recv(1) == b""  # the oldest was closed
+        finally:
+            close_all(quiet)
+
+
+# -- the queue: a burst of parallel scrapes -----------------------------------------------------
+
+
+def test_a_burst_of_parallel_scrapes_is_queued_and_answered():
+    """80 connections at once. With a listen backlog of 5 the kernel dropped the SYNs past the
+    queue and the clients sent them again a second later (TCP's first retransmission is 1 s)."""
+    clients = 80
+    with serving() as (_, port):
+        socks = []
+        for _ in range(clients):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            socks.append(s)
+        started = time.monotonic()
+        connecting = {s.fileno(): s for s in socks}
+        poller = select.poll()
+        for fd in connecting:
+            poller.register(fd, select.POLLOUT)
+        while connecting and time.monotonic() - started < 10:
+            for fd, _ in poller.poll(50):
+                s = connecting.pop(fd)
+                poller.unregister(fd)
+                assert s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+                s.setblocking(True)
+                s.sendall(REQUEST)
+        handshakes_s = time.monotonic() - started
+        try:
+            assert not connecting
+            assert handshakes_s < 0.9, f"the last handshake took {handshakes_s:.2f} s: a SYN was dropped"
+            for s in socks:
+                s.settimeout(30)
+                answer = b"".join(iter(lambda s=s: s.recv(65536), b""))
+                assert answer.startswith(b"HTTP/1.1 200") and b"affmon_export_samples_total" in answer
+        finally:
+            close_all(socks)
+
+
+# -- the renderings: exactly prometheus-client's, shared, bounded ------------------------------------
+
+ACCEPTS = ["", "text/plain", "application/openmetrics-text;version=1.0.0", "text/plain;version=1.0.0;escaping=values"]
+ENCODINGS = ["", "gzip", "identity"]
+QUERIES = ["", "name[]=affmon_process_threads", "name[]=affmon_export_samples_total&name[]=affmon_process_info"]
+HOSTILE = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=15)
+
+
+def reference(state: ExportState, environ: dict[str, str]) -> tuple[str, bytes]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StateCollector(lambda: state, threads=True))
+    status: list[str] = []
+    body = b"".join(make_wsgi_app(registry)(dict(environ), lambda s, h, e=None: status.append(s)))
+    return status[0], body
+
+
+def plain(body: bytes) -> bytes:
+    return gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body  # gzip stamps the time
+
+
+def named_state(pid: int, name: str) -> ExportState:
+    """Two samples of one process called ``name`` (any text: the kernel's comm is any bytes)."""
+    return run(*(sample(t, dataclasses.replace(process(pid, thread(pid, 100 * t, 5 * t)), name=name)) for t in (0, 1)))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    names=st.lists(HOSTILE, min_size=2, max_size=3),
+    steps=st.lists(
+        st.one_of(
+            st.integers(0, 2).map(lambda i: ("publish", i)),
+            st.tuples(st.just("get"), st.sampled_from(ACCEPTS), st.sampled_from(ENCODINGS), st.sampled_from(QUERIES)),
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+)
+def test_every_answer_is_prometheus_clients_own_for_the_latest_state(names, steps):
+    states = [named_state(10 + i, name) for i, name in enumerate(names)]
+    current = [states[0]]
+    renderer = Renderer(lambda: current[0], threads=True, shapes=2)
+    for step_ in steps:
+        if step_[0] == "publish":
+            current[0] = states[step_[1] % len(states)]
+            continue
+        _, accept, encoding, query = step_
+        environ = {
+            "REQUEST_METHOD": "GET",
+            "PATH_INFO": "/metrics",
+            "QUERY_STRING": query,
+            "HTTP_ACCEPT": accept,
+            "HTTP_ACCEPT_ENCODING": encoding,
+        }
+        made = renderer.rendering(environ)
+        status, body = reference(current[0], environ)
+        assert made.status == status and plain(made.body) == plain(body)
+        assert ("Content-Length", str(len(made.body))) in made.headers
+        assert len(renderer.cached()) <= 2
+
+
+def test_one_render_serves_every_scrape_of_a_state():
+    state = run(sample(0, process(10, thread(10, 100))), sample(1, process(10, thread(10, 200))))
+    renderer = Renderer(lambda: state)
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "HTTP_ACCEPT_ENCODING": "gzip"}
+    first = renderer.rendering(environ)
+    assert all(renderer.rendering(environ) is first for _ in range(50))
+    assert renderer.renders_total == 1
+
+
+def test_ipv6_loopback_is_served():
+    exporter_ = Exporter(ticking(), topology(), interval_s=0.1)
+    host, port = exporter_.listen("::1", 0)
+    exporter_.start()
+    try:
+        assert host == "::1"
+        wait_for(lambda: scrape(f"http://[::1]:{port}/metrics")[1] is not None, 10, "an answer on [::1]")
+    finally:
+        exporter_.stop()
