@@ -67,8 +67,6 @@ def test_sampler_and_diagnosis_under_churn() -> None:
             fds_before = open_fds()
             tracker = FindingTracker()
             ticks = 0
-            most_memo = 0
-            most_threads_memo = 0
             heap_at_5s = None
             started = time.monotonic()
             tracemalloc.start()
@@ -89,8 +87,6 @@ def test_sampler_and_diagnosis_under_churn() -> None:
                     sampled = {(p.pid, t.tid) for p in current.processes for t in p.threads}
                     memo_threads = {(pid, tid) for pid, m in sampler._memo.items() for tid in m.threads}
                     assert memo_threads <= sampled  # threads too: only what this sample read
-                    most_memo = max(most_memo, len(sampler._memo))
-                    most_threads_memo = max(most_threads_memo, sum(len(m.threads) for m in sampler._memo.values()))
                     assert any(p.pid == job["pid"] and p.gpu_indices == (0,) for p in current.processes)
                     if heap_at_5s is None and time.monotonic() - started >= 5:
                         heap_at_5s = tracemalloc.get_traced_memory()[0]
@@ -114,9 +110,6 @@ def test_sampler_and_diagnosis_under_churn() -> None:
     assert made >= 1_000, summary
     assert ticks >= 20, ticks
     assert fds_after == fds_before
-    # Bounded by what lives, checked each tick above; on a quiet machine that is under 200
-    # processes and 400 threads, on a shared one whatever else runs there.
-    assert most_memo > 0 and most_threads_memo > 0
     assert heap_at_5s is not None
     assert heap_at_end - heap_at_5s < 2 << 20, (heap_at_5s, heap_at_end)  # < 2 MiB in 15 s
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -284,7 +285,7 @@ def test_root_with_another_users_home_is_refused(tmp_path: Path) -> None:
             timeout=60,
         )
         assert out.returncode == 1, (out.stdout, out.stderr)
-        assert f"{home} is not root's or root's alone (nobody)" in out.stderr
+        assert f"{home} is not root's alone (nobody)" in out.stderr
         assert "nothing was changed" in out.stdout and "put back" not in out.stdout
         assert set(masks(w["pid"]).values()) == {BOTH}
     assert not (home / ".local").exists()  # nothing created in the user's home
@@ -350,3 +351,62 @@ def test_two_pins_of_one_process_at_once_are_serialised_and_the_second_says_so(t
         # Whole pins, never interleaved: every thread has the mask of the entry written last.
         assert set(masks(w["pid"]).values()) == {entries[-1].cpus}
         json.dumps([e.id for e in entries])
+
+
+def test_missing_parents_are_made_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Under umask 002 `mkdir -p` makes the parents 0775, which the next run would refuse:
+    affmon makes each missing directory 0700, so a pin can always be undone."""
+    journal = Journal(tmp_path / "home" / ".local" / "state" / "affmon" / "journal.jsonl")
+    old = os.umask(0o002)
+    try:
+        journal.add(dead_entry(4_300_000, 1))
+    finally:
+        os.umask(old)
+    for made in (tmp_path / "home", tmp_path / "home" / ".local", journal.path.parent.parent, journal.path.parent):
+        assert stat.S_IMODE(made.stat().st_mode) == 0o700, made
+    assert len(Journal(journal.path).entries()) == 1  # and the next run trusts it
+
+
+def test_a_group_writable_directory_is_trusted_only_for_a_private_group(tmp_path: Path) -> None:
+    """umask 002 on a system of per-user groups: the group is the user's alone. Any other
+    group that may write could swap the journal."""
+    import grp
+    import pwd
+
+    me = pwd.getpwuid(os.geteuid())
+    state = tmp_path / "state"
+    state.mkdir()
+    own = grp.getgrgid(me.pw_gid)
+    state.chmod(0o770)
+    os.chown(state, os.geteuid(), me.pw_gid)
+    journal = Journal(state / "affmon" / "journal.jsonl")
+    if own.gr_name == me.pw_name and not set(own.gr_mem) - {me.pw_name}:
+        journal.add(dead_entry(4_400_000, 1))  # a private group: trusted
+    other = next(g for g in grp.getgrall() if g.gr_gid != me.pw_gid)
+    os.chown(state, os.geteuid(), other.gr_gid)
+    with pytest.raises(JournalError, match="other users may write in it"):
+        Journal(state / "affmon" / "journal.jsonl").entries()
+
+
+def test_the_monitors_undo_offers_the_newest_pin_in_force_and_says_why_it_cannot(tmp_path: Path) -> None:
+    """`u` must not offer a pin whose processes have all exited (undoing it would say
+    "nothing to undo" and leave the pin in force untouched), and must show a journal it
+    cannot trust instead of claiming there is no pin."""
+    from affmon.core.errors import AffmonError
+    from affmon.tui.pinner import SystemPinner
+
+    journal = Journal(tmp_path / "state" / "affmon" / "journal.jsonl")
+    pinner = SystemPinner(journal)
+    with workload("--cpus", f"{A},{B}") as w:
+        assert pin(w["pid"], {A}, journal=journal).ok
+        with journal.locked():  # a newer pin of a process that has since exited
+            journal._write([*journal.entries(), dead_entry(4_500_000, 3)])
+        assert pinner.last_pin() == f"PID {w['pid']} pinned to CPUs {A} (1 threads journaled)"
+        result = pinner.undo_last()
+        assert result.ok, result.error
+        assert set(masks(w["pid"]).values()) == {BOTH}
+    assert pinner.last_pin() is None
+    os.chown(journal.path, NOBODY, NOBODY)
+    with pytest.raises(AffmonError, match="belongs to nobody"):
+        pinner.last_pin()
+    assert pinner.undo_last().error is not None

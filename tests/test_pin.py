@@ -575,3 +575,20 @@ def test_isolate_moves_busy_tasks_off_the_cpus_and_undo_brings_them_back(tmp_pat
         assert undone.ok
         for w in (target, hog, hog_inside, refuser, elsewhere):
             assert masks(w["pid"]) == before[w["pid"]]
+
+
+def test_undo_of_a_worker_pinned_with_its_parent_names_the_pin_to_undo(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    with workload("--cpus", f"{A},{B}", "--child") as w:
+        pid, child = w["pid"], w["child"]
+        result = pin(pid, cpus(A), with_children=True, journal=journal)
+        assert result.ok and result.journal_id is not None
+        alone = undo(journal, child)
+        assert not alone.ok and alone.threads == ()
+        assert alone.error == (
+            f"nothing to undo for PID {child} on its own: it was pinned with PID {pid} ({result.journal_id});"
+            f" `affmon undo {pid}` undoes that pin"
+        )
+        assert set(masks(child).values()) == {cpus(A)}  # nothing was changed
+        assert undo(journal, pid).ok
+        assert set(masks(child).values()) == {BOTH}

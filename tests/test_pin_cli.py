@@ -216,5 +216,21 @@ def test_exec_of_a_missing_command(tmp_path):
 
 
 def test_undo_with_nothing_journaled(state):
-    out = affmon("undo", "--all")
-    assert out.returncode == 2 and "nothing to undo" in out.stderr
+    out = affmon("undo", "--all")  # safe to run again: nothing to undo is no failure
+    assert out.returncode == 0 and out.stdout == ""
+    assert out.stderr.startswith("affmon: nothing to undo: no journal at ") and out.stderr.count("\n") == 1
+    out = affmon("undo", "12345")  # but that PID's pin was not undone
+    assert out.returncode == 1 and out.stdout == "" and "nothing to undo" in out.stderr
+
+
+def test_a_dry_run_says_what_the_real_pin_would_say_of_an_earlier_pin(state):
+    with workload("--cpus", ",".join(map(str, usable_cpus()))) as w:
+        first = affmon("pin", str(w["pid"]), "--cpus", str(usable_cpus()[0]))
+        assert first.returncode == 0, first.stderr
+        journal = state / "affmon" / "journal.jsonl"
+        before = journal.read_bytes()
+        dry = affmon("pin", str(w["pid"]), "--cpus", str(usable_cpus()[-1]), "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+        assert f"PID {w['pid']} was already pinned by affmon to CPUs {usable_cpus()[0]}" in dry.stdout
+        assert journal.read_bytes() == before  # read, never written
+        assert affmon("undo", str(w["pid"])).returncode == 0

@@ -2,6 +2,7 @@
 wait ratios must be what the kernel reports."""
 
 import os
+import shutil
 import subprocess
 import time
 
@@ -130,6 +131,9 @@ def test_training_candidates(comm, argv, expected):
     assert is_training_candidate(comm, argv) is expected
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to start a process as nobody"
+)
 def test_an_unwatched_process_still_says_whose_it_is():
     """Others are sampled lightly (no status each tick), but isolation must know their
     owner: it is read once per process."""

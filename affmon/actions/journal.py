@@ -29,83 +29,50 @@ import contextlib
 import fcntl
 import json
 import os
-import pwd
 import secrets
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, cast
 
-from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
-from affmon.core.errors import AffmonError, ParseError
+from affmon.actions.journal_records import (
+    FINISHED,
+    KEEP_FINISHED,
+    EntryState,
+    JournalEntry,
+    JournalError,
+    ProcessKey,
+    ThreadRecord,
+    ThreadRole,
+    compact,
+    decode,
+    encode,
+    new_entry_id,
+)
+from affmon.actions.journal_trust import check_owned, open_private_dir, reason
+from affmon.core.cpuset import CpuSet
+from affmon.core.errors import AffmonError
 
-EntryState = Literal["pending", "applied", "rolled-back", "undone", "expired"]
-ThreadRole = Literal["pin", "isolate"]
-ProcessKey = tuple[int, int]  # (PID, start time in clock ticks since boot): a process, not a recycled number
-_STATES: frozenset[str] = frozenset({"pending", "applied", "rolled-back", "undone", "expired"})
-_ROLES: frozenset[str] = frozenset({"pin", "isolate"})
-FINISHED: frozenset[str] = frozenset({"rolled-back", "undone", "expired"})
-FORMAT_VERSION = 1
-KEEP_FINISHED = 20  # finished entries kept, as one-line summaries, for `affmon undo` to name
+__all__ = [
+    "FINISHED",
+    "KEEP_FINISHED",
+    "EntryState",
+    "Journal",
+    "JournalEntry",
+    "JournalError",
+    "PinnedMasks",
+    "ProcessKey",
+    "ThreadRecord",
+    "ThreadRole",
+    "compact",
+    "default_journal_path",
+    "expected_masks",
+    "new_entry_id",
+    "pinned_masks",
+]
+
 LOCK_TIMEOUT_S = 10.0
-
-
-class JournalError(AffmonError):
-    """The journal file is unreadable, corrupt, untrusted, or cannot be written."""
-
-
-@dataclass(frozen=True)
-class ThreadRecord:
-    """One thread's mask before affmon changed it. ``start_ticks`` tells a thread from a
-    later one that reused its TID; ``role`` says whether it was pinned (a target's
-    thread) or moved aside by ``isolate``."""
-
-    pid: int
-    tid: int
-    start_ticks: int | None
-    old_cpus: CpuSet
-    role: ThreadRole = "pin"
-
-
-@dataclass(frozen=True)
-class JournalEntry:
-    id: str
-    time_s: float  # wall-clock time of the pin
-    pid: int  # the process asked for (children, if any, appear in threads)
-    start_ticks: int | None
-    cpus: CpuSet  # the CPUs asked for
-    state: EntryState = "pending"
-    threads: tuple[ThreadRecord, ...] = field(default=())
-    # Clock ticks since boot when the pin began (the unit of a task's start time): a task of
-    # a pinned process, or a descendant, that started later and carries the pinned mask
-    # inherited it from the pin, so undo gives it the mask it would have had.
-    since_ticks: int | None = None
-
-    @property
-    def pinned_pids(self) -> tuple[int, ...]:
-        """The processes this entry pinned (the target and, with children, its workers)."""
-        return tuple(dict.fromkeys(t.pid for t in self.threads if t.role == "pin")) or (self.pid,)
-
-    def pinned_processes(self) -> tuple[ProcessKey, ...]:
-        """The pinned processes with their start times (from the main thread's record, or
-        the entry's own for the target); a process whose start is unknown is left out,
-        since nothing could tell it from a later process with the same PID."""
-        starts = {t.tid: t.start_ticks for t in self.threads if t.role == "pin" and t.tid == t.pid}
-        if self.start_ticks is not None:
-            starts.setdefault(self.pid, self.start_ticks)
-        found = []
-        for pid in self.pinned_pids:
-            start = starts.get(pid)
-            if start is not None:
-                found.append((pid, start))
-        return tuple(found)
-
-
-def new_entry_id() -> str:
-    return f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 def default_journal_path() -> Path:
@@ -131,7 +98,7 @@ class Journal:
         with self._guard:
             if self._dir_fd is not None:
                 return self._read(self._dir_fd)
-            dir_fd = self._open_dir(create=False)
+            dir_fd = open_private_dir(self.path.parent, create=False)
             if dir_fd is None:
                 return []
             try:
@@ -151,14 +118,14 @@ class Journal:
         except FileNotFoundError:
             return []
         except OSError as exc:
-            raise JournalError(f"cannot read the affmon journal {self.path}: {_reason(exc)}") from None
+            raise JournalError(f"cannot read the affmon journal {self.path}: {reason(exc)}") from None
         try:
-            self._check_owned(os.fstat(fd), self.path, regular=True)
+            check_owned(os.fstat(fd), self.path, regular=True)
             with os.fdopen(fd, "rb", closefd=False) as f:
                 data = f.read()
             text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise JournalError(f"cannot read the affmon journal {self.path}: {_reason(exc)}") from None
+            raise JournalError(f"cannot read the affmon journal {self.path}: {reason(exc)}") from None
         finally:
             os.close(fd)
         entries = []
@@ -166,11 +133,11 @@ class Journal:
             if not line.strip():
                 continue
             try:
-                entries.append(_decode(json.loads(line)))
+                entries.append(decode(json.loads(line)))
             except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
                 # RecursionError: a line of lists nested past what json.loads can descend.
                 raise JournalError(
-                    f"the affmon journal {self.path} is corrupt at line {number} ({_reason(exc)});"
+                    f"the affmon journal {self.path} is corrupt at line {number} ({reason(exc)});"
                     " move it aside to continue"
                 ) from None
         return entries
@@ -241,16 +208,16 @@ class Journal:
                     self._release()
 
     def _acquire(self) -> None:
-        dir_fd = self._open_dir(create=True)
+        dir_fd = open_private_dir(self.path.parent, create=True)
         assert dir_fd is not None
         lock_name = f"{self.path.name}.lock"
         try:
             fd = os.open(lock_name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
         except OSError as exc:
             os.close(dir_fd)
-            raise JournalError(f"cannot lock the affmon journal {self.path}: {_reason(exc)}") from None
+            raise JournalError(f"cannot lock the affmon journal {self.path}: {reason(exc)}") from None
         try:
-            self._check_owned(os.fstat(fd), self.path.with_name(lock_name), regular=True)
+            check_owned(os.fstat(fd), self.path.with_name(lock_name), regular=True)
             deadline = time.monotonic() + self.lock_timeout_s
             while True:
                 try:
@@ -260,11 +227,11 @@ class Journal:
                     if time.monotonic() >= deadline:
                         raise JournalError(
                             f"another affmon has held the journal {self.path} for {self.lock_timeout_s:g} s"
-                            " (a pin or undo in progress): nothing was changed; try again"
+                            " (a pin or undo in progress); try again"
                         ) from None
                     time.sleep(0.02)
                 except OSError as exc:
-                    raise JournalError(f"cannot lock the affmon journal {self.path}: {_reason(exc)}") from None
+                    raise JournalError(f"cannot lock the affmon journal {self.path}: {reason(exc)}") from None
         except BaseException:
             os.close(fd)
             os.close(dir_fd)
@@ -281,61 +248,12 @@ class Journal:
 
     # -- the directory -----------------------------------------------------------
 
-    def _open_dir(self, *, create: bool) -> int | None:
-        """The journal's directory, opened without following a link, after checking that no
-        other user could have put it or anything above it there. None when it does not
-        exist and ``create`` is False."""
-        directory = self.path.parent
-        _check_ancestors(directory)
-        if create:
-            try:
-                directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            except OSError as exc:
-                raise JournalError(
-                    f"cannot create the affmon journal's directory {directory}: {_reason(exc)}"
-                ) from None
-        try:
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            if create:
-                raise JournalError(f"cannot open the affmon journal's directory {directory}: it vanished") from None
-            return None
-        except OSError as exc:
-            if os.path.islink(directory):
-                raise JournalError(
-                    f"refusing the affmon journal's directory {directory}: it is a symbolic link"
-                ) from None
-            raise JournalError(f"cannot open the affmon journal's directory {directory}: {_reason(exc)}") from None
-        try:
-            info = os.fstat(fd)
-            self._check_owned(info, directory, regular=False)
-            if info.st_mode & 0o022:
-                raise JournalError(
-                    f"refusing the affmon journal's directory {directory}: other users may write in it"
-                    f" (mode {stat.S_IMODE(info.st_mode):04o}); chmod go-w it"
-                )
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
-    @staticmethod
-    def _check_owned(info: os.stat_result, path: Path, *, regular: bool) -> None:
-        me = os.geteuid()
-        if info.st_uid != me:
-            raise JournalError(
-                f"refusing the affmon journal {path}: it belongs to {_user(info.st_uid)}, not to {_user(me)}"
-                " who runs affmon (set XDG_STATE_HOME to a directory of your own)"
-            )
-        if regular and not stat.S_ISREG(info.st_mode):
-            raise JournalError(f"refusing the affmon journal {path}: not a regular file")
-
     def _write(self, entries: list[JournalEntry]) -> None:
         """Replace the file with ``entries``, compacted, through a new file in the held
         directory (never following a link there)."""
         assert self._dir_fd is not None, "writes happen under locked()"
         dir_fd = self._dir_fd
-        text = "".join(json.dumps(_encode(e), separators=(",", ":")) + "\n" for e in compact(entries))
+        text = "".join(json.dumps(encode(e), separators=(",", ":")) + "\n" for e in compact(entries))
         tmp = None
         try:
             for _attempt in range(16):
@@ -359,55 +277,11 @@ class Journal:
             tmp = None
             os.fsync(dir_fd)
         except OSError as exc:
-            raise JournalError(f"cannot write the affmon journal {self.path}: {_reason(exc)}") from None
+            raise JournalError(f"cannot write the affmon journal {self.path}: {reason(exc)}") from None
         finally:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp, dir_fd=dir_fd)
-
-
-def compact(entries: list[JournalEntry]) -> list[JournalEntry]:
-    """What the file keeps: every entry in force whole; finished ones without their thread
-    records (nothing is left to restore from them), and only the newest ``KEEP_FINISHED``."""
-    finished = [i for i, e in enumerate(entries) if e.state in FINISHED]
-    dropped = set(finished[:-KEEP_FINISHED]) if len(finished) > KEEP_FINISHED else set()
-    return [
-        replace(e, threads=()) if e.state in FINISHED and e.threads else e
-        for i, e in enumerate(entries)
-        if i not in dropped
-    ]
-
-
-def _check_ancestors(directory: Path) -> None:
-    """Every directory above the journal's, as written and as resolved, must belong to root
-    or to the user running affmon and not be writable by others (unless sticky, as /tmp):
-    otherwise another user could swap the journal's directory for one of their own."""
-    me = os.geteuid()
-    paths = [directory.parent]
-    with contextlib.suppress(OSError, RuntimeError):
-        paths.append(Path(os.path.realpath(directory.parent)))
-    for path in paths:
-        for ancestor in (path, *path.parents):
-            try:
-                info = os.lstat(ancestor)
-            except FileNotFoundError:
-                continue  # created below, by us
-            except OSError:
-                continue
-            if stat.S_ISLNK(info.st_mode):
-                if info.st_uid not in (0, me):
-                    raise JournalError(
-                        f"refusing the affmon journal in {directory}: {ancestor} is a link owned by"
-                        f" {_user(info.st_uid)}, another user (set XDG_STATE_HOME to a directory of your own)"
-                    )
-                continue
-            writable = info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX
-            if info.st_uid not in (0, me) or writable:
-                who = _user(info.st_uid) if info.st_uid not in (0, me) else "other users may write in it"
-                raise JournalError(
-                    f"refusing the affmon journal in {directory}: {ancestor} is not {_user(me)}'s or root's alone"
-                    f" ({who}); set XDG_STATE_HOME to a directory of your own"
-                )
 
 
 class PinnedMasks:
@@ -459,103 +333,3 @@ def expected_masks(journal: Journal) -> dict[ProcessKey, CpuSet]:
             for key in entry.pinned_processes():
                 expected[key] = entry.cpus
     return expected
-
-
-# -- encoding ---------------------------------------------------------------------
-
-
-def _encode(entry: JournalEntry) -> dict[str, Any]:
-    return {
-        "version": FORMAT_VERSION,
-        "id": entry.id,
-        "time": entry.time_s,
-        "pid": entry.pid,
-        "start_ticks": entry.start_ticks,
-        "cpus": format_cpulist(entry.cpus),
-        "state": entry.state,
-        "since_ticks": entry.since_ticks,
-        "threads": [
-            {
-                "pid": t.pid,
-                "tid": t.tid,
-                "start_ticks": t.start_ticks,
-                "old": format_cpulist(t.old_cpus),
-                "role": t.role,
-            }
-            for t in entry.threads
-        ],
-    }
-
-
-def _decode(raw: Any) -> JournalEntry:
-    if not isinstance(raw, dict):
-        raise ValueError("not a JSON object")
-    if raw.get("version") != FORMAT_VERSION:
-        raise ValueError(f"unknown version {raw.get('version')!r}")
-    state = _text(raw["state"])
-    if state not in _STATES:
-        raise ValueError(f"unknown state {state!r}")
-    threads = []
-    for item in raw["threads"]:
-        role = _text(item["role"])
-        if role not in _ROLES:
-            raise ValueError(f"unknown role {role!r}")
-        old = _cpus(item["old"])
-        threads.append(
-            ThreadRecord(
-                pid=_int(item["pid"]),
-                tid=_int(item["tid"]),
-                start_ticks=_optional_int(item["start_ticks"]),
-                old_cpus=old,
-                role=cast(ThreadRole, role),
-            )
-        )
-    time_s = raw["time"]
-    if not isinstance(time_s, (int, float)) or isinstance(time_s, bool):
-        raise ValueError("time is not a number")
-    return JournalEntry(
-        id=_text(raw["id"]),
-        time_s=float(time_s),
-        pid=_int(raw["pid"]),
-        start_ticks=_optional_int(raw["start_ticks"]),
-        cpus=_cpus(raw["cpus"]),
-        state=cast(EntryState, state),
-        threads=tuple(threads),
-        since_ticks=_optional_int(raw.get("since_ticks")),
-    )
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"expected text, found {value!r}")
-    return value
-
-
-def _int(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"expected a number, found {value!r}")
-    return value
-
-
-def _optional_int(value: Any) -> int | None:
-    return None if value is None else _int(value)
-
-
-def _cpus(value: Any) -> CpuSet:
-    try:
-        return parse_cpulist(_text(value))
-    except ParseError as exc:
-        raise ValueError(str(exc)) from None
-
-
-def _user(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"UID {uid}"
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import errno
 import os
-import pwd
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from affmon.actions.isolate import IsolationPlan
 from affmon.actions.journal import Journal, JournalEntry, ProcessKey, ThreadRecord, new_entry_id
 from affmon.actions.threads import (
     MAX_ROUNDS,
@@ -46,18 +46,14 @@ from affmon.actions.threads import (
     einval_message,
     refusal_message,
     stat_or_none,
-    unmovable,
 )
 from affmon.actions.undo import still_there, sweep_new_threads
-from affmon.collect.cgroup import Mount, cgroup_cpuset, read_mounts
-from affmon.collect.fs import read_line
 from affmon.collect.identity import tgid_of, uptime_ticks
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs, StatFields
 from affmon.collect.sampler import descendants
-from affmon.core.cpuset import MAX_CPU_ID, CpuSet, format_cpulist, parse_cpulist
+from affmon.core.cpuset import MAX_CPU_ID, CpuSet, format_cpulist
 from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
-from affmon.core.isolation import Candidate, left_alone
 
 __all__ = ["AffinityOps", "DryRunAffinity", "OsAffinity", "PinResult", "ThreadResult", "pin"]
 
@@ -128,6 +124,7 @@ class _Pin:
         self.ops = ops
         self.dry_run = isinstance(ops, DryRunAffinity)
         self.journal = None if self.dry_run else journal
+        self.journal_to_read = journal  # a dry run reads it (what is in force), never writes
         self.entry: JournalEntry | None = None
         self.entry_written = False
         self.results: dict[int, ThreadResult] = {}  # by TID, in the order found
@@ -194,6 +191,12 @@ class _Pin:
             self.in_force = [
                 e for e in self.journal.prepare(lambda r: still_there(self.proc, r)) if e.state == "applied"
             ]
+        elif self.journal_to_read is not None:
+            try:
+                self.in_force = [e for e in self.journal_to_read.entries() if e.state == "applied"]
+            except AffmonError:
+                self.in_force = []  # a dry run does not stop at a journal the real pin would refuse
+        if self.in_force:
             key = (self.pid, stat.start_ticks)
             earlier = [e for e in self.in_force if key in e.pinned_processes()]
             if earlier:
@@ -294,57 +297,20 @@ class _Pin:
     # -- isolation ---------------------------------------------------------------
 
     def _isolate(self, candidates: Sequence[ProcessKey]) -> None:
-        """Move the candidates' threads off ``cpus``: new mask = mask - cpus, or, when that
-        is empty, (cgroup cpuset or online CPUs) - cpus. A candidate whose PID now names
-        another process is skipped; one the isolation rule protects is reported as left
-        alone. Refusals are reported only."""
+        """Move the candidates' threads off ``cpus`` (``IsolationPlan`` says which and
+        where), journaled ahead like the pin's own. Refusals are reported only."""
+        planner = IsolationPlan(
+            self.proc, self.ops, self.cpus, root=self.root, in_force=self.in_force, isolate_all=self.isolate_all
+        )
         targets = {r.pid for r in self.results.values()} | {self.pid}
-        mounts = read_mounts(self.root)
-        online = _online_cpus(self.root)
-        judged: dict[int, str | None] = {}
         for _round in range(MAX_ROUNDS):
-            plan: list[tuple[ThreadRecord, CpuSet]] = []
-            for pid, start in dict.fromkeys(candidates):
-                stat = self._stat(pid)
-                if pid in targets or stat is None or stat.start_ticks != start:
-                    continue  # gone, or its PID reused since it was seen: not the process meant
-                allowed: CpuSet | None = None
-                if pid not in judged:
-                    allowed = _cgroup_cpus(self.root, pid, mounts) or online
-                    judged[pid] = self._left_alone(pid, stat, allowed)
-                    if judged[pid] is not None:
-                        mask = self._mask_or_none(pid)
-                        self._note(pid, pid, mask, mask, "not-moved", f"left alone: {judged[pid]}")
-                if judged[pid] is not None:
-                    continue
-                for tid in sorted(self.proc.tids(pid)):
-                    if tid in self.results:
-                        continue
-                    tstat = self._stat(pid, tid)
-                    if tstat is None:
-                        continue
-                    try:
-                        mask = self.ops.get(tid)
-                    except OSError:
-                        continue  # exited, or unreadable: nothing we can move
-                    if not mask & self.cpus:
-                        continue
-                    why = unmovable(tstat)
-                    if why is not None:
-                        self._note(pid, tid, mask, mask, "not-moved", f"not moved: {why}")
-                        continue
-                    new = mask - self.cpus
-                    if not new:
-                        if allowed is None:
-                            allowed = _cgroup_cpus(self.root, pid, mounts) or online
-                        new = allowed - self.cpus
-                    if not new:
-                        self._note(pid, tid, mask, mask, "not-moved", "not moved: no allowed CPU is left outside")
-                        continue
-                    self._note(pid, tid, mask, None, "moved")
-                    plan.append((ThreadRecord(pid, tid, tstat.start_ticks, mask, "isolate"), new))
+            plan, notes = planner.round(candidates, targets, self.results)
+            for note in notes:
+                self.results[note.tid] = note
             if not plan:
                 return
+            for record, _new in plan:
+                self._note(record.pid, record.tid, record.old_cpus, None, "moved")
             self._journal([record for record, _new in plan])
             for record, new in plan:
                 try:
@@ -359,35 +325,6 @@ class _Pin:
                 self.applied.append(record)
                 self.changed = True
                 self._note_after(record.tid, "moved", new)
-
-    def _left_alone(self, pid: int, stat: StatFields, allowed: CpuSet) -> str | None:
-        try:
-            status = self.proc.status(pid)
-        except AffmonError:
-            status = None
-        uid = None if status is None else status.uid
-        mask = self._mask_or_none(pid)
-        moved_before = any(
-            r.role == "isolate" and (r.pid, r.tid, r.start_ticks) == (pid, pid, stat.start_ticks)
-            for e in self.in_force
-            for r in e.threads
-        )
-        candidate = Candidate(
-            pid=pid,
-            uid=uid,
-            user=None if uid is None else _user_name(uid),
-            kernel=bool(stat.flags & PF_KTHREAD),
-            mask=mask,
-            allowed=allowed or None,
-            moved_by_affmon=moved_before,
-        )
-        return left_alone(candidate, os.geteuid(), isolate_all=self.isolate_all)
-
-    def _mask_or_none(self, tid: int) -> CpuSet | None:
-        try:
-            return self.ops.get(tid)
-        except OSError:
-            return None
 
     # -- rollback ----------------------------------------------------------------
 
@@ -493,25 +430,3 @@ class _Pin:
             warning=warning,
             changed=self.changed,
         )
-
-
-def _user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"UID {uid}"
-
-
-def _online_cpus(root: str) -> CpuSet:
-    text = read_line(root, "/sys/devices/system/cpu/online")
-    try:
-        return parse_cpulist(text) if text else frozenset()
-    except AffmonError:
-        return frozenset()
-
-
-def _cgroup_cpus(root: str, pid: int, mounts: tuple[Mount, ...]) -> CpuSet | None:
-    try:
-        return cgroup_cpuset(root, pid, mounts)
-    except AffmonError:
-        return None

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import errno
 import os
-import pwd
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from affmon.actions.journal_trust import user_name
 from affmon.collect.fs import read_text
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs, StatFields
 from affmon.core.cpuset import CpuSet, format_cpulist
@@ -94,12 +94,10 @@ def unmovable(stat: StatFields) -> str | None:
 def refusal_message(proc: ProcFs, exc: OSError, pid: int, tid: int, cpus: CpuSet) -> str:
     if exc.errno == errno.EPERM:
         uid = _owner(proc, pid)
+        who = f"PID {pid} (user {user_name(uid)})"
         if uid is not None and uid == os.geteuid():
-            return f"not permitted to set the affinity of PID {pid} (user {_user(uid)}): refused by a security policy"
-        return (
-            f"not permitted to set the affinity of PID {pid} (user {_user(uid)}):"
-            " another user's process needs CAP_SYS_NICE"
-        )
+            return f"not permitted to set the affinity of {who}: refused by a security policy"
+        return f"not permitted to set the affinity of {who}: another user's process needs CAP_SYS_NICE"
     if exc.errno == errno.EINVAL:
         return einval_message(cpus, pid, fixed=False)
     return f"cannot set the affinity of thread {tid} of PID {pid}: {exc.strerror or exc}"
@@ -116,15 +114,6 @@ def _owner(proc: ProcFs, pid: int) -> int | None:
     except AffmonError:
         return None
     return None if status is None else status.uid
-
-
-def _user(uid: int | None) -> str:
-    if uid is None:
-        return "unknown"
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
 
 
 CAP_SYS_NICE = 23

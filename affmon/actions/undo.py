@@ -83,9 +83,7 @@ def _undo_locked(
     if pid is not None:
         live = [e for e in live if e.pid == pid][-1:]
         if not live:
-            gone = any(e.pid == pid and e.state == "expired" for e in entries)
-            why = "every process its pin touched has exited" if gone else "no pin of it is in force"
-            return UndoResult(False, (), (), f"nothing to undo for PID {pid} ({why}) in the journal {journal.path}")
+            return UndoResult(False, (), (), _nothing_for(pid, entries, journal))
     done: list[str] = []
     threads: list[ThreadResult] = []
     for entry in reversed(live):
@@ -112,6 +110,21 @@ def _undo_locked(
     if failed:
         error = f"{len(failed)} thread(s) could not be put back: {failed[0].message}"
     return UndoResult(not failed, tuple(done), tuple(threads), error)
+
+
+def _nothing_for(pid: int, entries: list[JournalEntry], journal: Journal) -> str:
+    """Why ``undo PID`` finds nothing: its pin's processes all exited, or it was pinned as
+    part of another process's pin (a worker under ``--with-children``), or never."""
+    part_of = [e for e in entries if e.state in ("pending", "applied") and pid in e.pinned_pids]
+    if part_of:
+        owner = part_of[-1]
+        return (
+            f"nothing to undo for PID {pid} on its own: it was pinned with PID {owner.pid} ({owner.id});"
+            f" `affmon undo {owner.pid}` undoes that pin"
+        )
+    gone = any(e.pid == pid and e.state == "expired" for e in entries)
+    why = "every process its pin touched has exited" if gone else "no pin of it is in force"
+    return f"nothing to undo for PID {pid} ({why}) in the journal {journal.path}"
 
 
 def _undo_entry(entry: JournalEntry, proc: ProcFs, ops: AffinityOps) -> list[ThreadResult]:

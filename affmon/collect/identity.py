@@ -65,16 +65,6 @@ def resolve_pid(proc: ProcFs, number: int) -> Resolved:
     return Resolved(tgid, stat.start_ticks, note)
 
 
-def is_same_process(proc: ProcFs, pid: int, start_ticks: int | None) -> bool:
-    """Whether ``pid`` is still the process that started at ``start_ticks`` (unknown start:
-    whether it exists at all)."""
-    try:
-        stat = proc.stat(pid)
-    except AffmonError:
-        return False
-    return stat is not None and (start_ticks is None or stat.start_ticks == start_ticks)
-
-
 def uptime_ticks(root: str = "/") -> int | None:
     """Clock ticks since boot now, the unit of a task's start time; None where unknown."""
     text = read_line(root, "/proc/uptime")

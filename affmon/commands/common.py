@@ -73,18 +73,19 @@ def open_live_sources(selection: Selection, root: str = "/") -> LiveSources:
         gateway = NvmlGateway()
         gateway.open()
         status = gateway.status
-    sources = LiveSources(
-        topology,
-        Sampler(root, selection, gpu_source=gateway),
-        gateway,
-        status,
-        socket.gethostname(),
-        hidden_processes_notice(root),
-    )
     try:
+        sources = LiveSources(
+            topology,
+            Sampler(root, selection, gpu_source=gateway),
+            gateway,
+            status,
+            socket.gethostname(),
+            hidden_processes_notice(root),
+        )
         sources.sampler.check_pids()
     except BaseException:
-        sources.close()
+        if gateway is not None:
+            gateway.close()
         raise
     return sources
 

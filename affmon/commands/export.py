@@ -73,6 +73,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from affmon.actions.journal import PinnedMasks
     from affmon.collect.sampler import Selection
     from affmon.commands.common import live_sources
+    from affmon.core.fmt import term_safe
     from affmon.export.server import raise_fd_limit
     from affmon.export.service import Exporter, format_address
 
@@ -94,7 +95,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             exporter.start()
             sys.stderr.write(
                 f"affmon export: serving http://{format_address(*bound)}/metrics, "
-                f"sampling every {args.interval:g} s; {src.nvml_status or 'no NVML'}\n"
+                f"sampling every {args.interval:g} s; {term_safe(src.nvml_status or 'no NVML')}\n"
             )
             sys.stderr.flush()
             stop.wait()

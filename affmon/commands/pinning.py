@@ -208,7 +208,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
         cpus = parse_cpus(args.cpus, topology)
     if not cpus:
         raise AffmonError("the suggestion is empty: nothing to pin to")
-    journal = None if args.dry_run else Journal(default_journal_path())
+    journal = Journal(default_journal_path())  # a dry run only reads it
     result = pin(
         pid,
         cpus,
@@ -318,9 +318,12 @@ def undo_text(result: UndoResult) -> list[str]:
 
 
 def cmd_undo(args: argparse.Namespace) -> int:
+    """Nothing to undo is an outcome, not bad input: ``--all`` then succeeds (it is safe to
+    run again), ``undo PID`` fails (that PID's pin was not undone), one line either way."""
     path = default_journal_path()
     if not path.exists():
-        raise AffmonError(f"nothing to undo: no journal at {path}")
+        sys.stderr.write(f"affmon: nothing to undo: no journal at {path}\n")
+        return 0 if args.all else EXIT_FAILED
     pid = None if args.all else args.pid
     if pid is not None:
         # A TID names its process, as for pin; a number that names nothing now is kept, so
@@ -343,7 +346,9 @@ def cmd_undo(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print("\n".join(undo_text(result)))
+        lines = undo_text(result)
+        if lines:
+            print("\n".join(lines))
     if not result.ok:
         sys.stderr.write(f"affmon: {term_safe(str(result.error))}\n")
         return EXIT_FAILED

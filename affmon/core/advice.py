@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from affmon.core.cpuset import CpuSet, format_cpulist
@@ -164,12 +164,19 @@ class PinProposal:
 
 
 def propose_pin(
-    snapshot: Snapshot, pid: int, t: Thresholds = DEFAULT_THRESHOLDS, *, my_uid: int | None = None
+    snapshot: Snapshot,
+    pid: int,
+    t: Thresholds = DEFAULT_THRESHOLDS,
+    *,
+    my_uid: int | None = None,
+    moved_by_affmon: Collection[tuple[int, int]] = (),
 ) -> PinProposal | None:
     """The pin ``affmon pin ROOT --suggest --with-children`` would make for the job that
     ``pid`` belongs to (or for ``pid`` alone when it is in no job); None when it is gone.
     With ``my_uid`` (the user who would pin), the busy processes ``isolate`` must leave
-    alone (``affmon.core.isolation``) are set apart from those it would move."""
+    alone (``affmon.core.isolation``) are set apart from those it would move;
+    ``moved_by_affmon``: (PID, start) of processes an earlier affmon isolate narrowed,
+    whose narrow mask is therefore no one's decision."""
     root = pid
     for candidate in find_jobs(snapshot):
         if pid in candidate.pids:
@@ -184,7 +191,7 @@ def propose_pin(
     kept: list[tuple[Occupant, str]] = []
     if my_uid is not None:
         for o in on_cpus:
-            why = left_alone(_candidate(snapshot, o.pid), my_uid)
+            why = left_alone(_candidate(snapshot, o.pid, moved_by_affmon), my_uid)
             if why is not None:
                 kept.append((o, why))
     move_off = tuple(o for o in on_cpus if o.pid not in {k.pid for k, _ in kept})
@@ -202,7 +209,7 @@ def propose_pin(
     )
 
 
-def _candidate(snapshot: Snapshot, pid: int) -> Candidate:
+def _candidate(snapshot: Snapshot, pid: int, moved_by_affmon: Collection[tuple[int, int]]) -> Candidate:
     process = snapshot.process(pid)
     assert process is not None  # an occupant comes from the snapshot
     s = process.sample
@@ -216,4 +223,5 @@ def _candidate(snapshot: Snapshot, pid: int) -> Candidate:
         kernel=s.kernel,
         mask=None if main is None or main.allowed_cpus is None else main.allowed_cpus & topo.online_cpus,
         allowed=allowed or None,
+        moved_by_affmon=s.key in moved_by_affmon,
     )

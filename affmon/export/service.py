@@ -20,6 +20,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 
 from affmon.core.findings import ExpectedMasks
+from affmon.core.fmt import term_safe
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
 from affmon.export.collector import StateCollector
@@ -85,7 +86,7 @@ class Exporter:
             self._state = failed(self._state)
             message = f"affmon export: sampling failed: {type(exc).__name__}: {exc}"
             if message != self._last_error:
-                sys.stderr.write(message + "\n")
+                sys.stderr.write(term_safe(message) + "\n")  # export's output is not escaped as a whole
                 self._last_error = message
             return
         self._state = state

@@ -26,6 +26,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
+from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
 from affmon.core.monitor import HISTORY_LEN, Monitor
 from affmon.core.table import SORTS, TableOptions, next_sort, process_key, table_rows
@@ -346,7 +347,11 @@ class AffmonApp(App[None]):
         self.push_screen(PinScreen(proposal, self.pinner, self.pal), self._after_action)
 
     def action_undo(self) -> None:
-        description = self.pinner.last_pin()
+        try:
+            description = self.pinner.last_pin()
+        except AffmonError as exc:  # a journal that cannot be read or is not trusted: say why
+            self.notify(term_safe(str(exc)), severity="error")
+            return
         if description is None:
             self.notify("nothing to undo: affmon has made no pin", severity="information")
             return

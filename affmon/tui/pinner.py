@@ -13,7 +13,8 @@ from typing import Protocol
 
 from affmon.actions.journal import Journal, JournalEntry, default_journal_path
 from affmon.actions.pin import PinResult, pin
-from affmon.actions.undo import UndoResult, undo
+from affmon.actions.undo import UndoResult, still_there, undo
+from affmon.collect.procfs import ProcFs
 from affmon.core.advice import PinProposal, propose_pin
 from affmon.core.cpuset import format_cpulist
 from affmon.core.errors import AffmonError
@@ -48,7 +49,17 @@ class SystemPinner:
         return self.journal if self.journal is not None else Journal(default_journal_path())
 
     def propose(self, snapshot: Snapshot, pid: int) -> PinProposal | None:
-        return propose_pin(snapshot, pid, my_uid=os.geteuid())
+        try:
+            in_force = [e for e in self._journal().entries() if e.state == "applied"]
+        except AffmonError:
+            in_force = []  # the pin will say what is wrong with the journal
+        moved = {
+            (r.pid, r.start_ticks)
+            for e in in_force
+            for r in e.threads
+            if r.role == "isolate" and r.tid == r.pid and r.start_ticks is not None
+        }
+        return propose_pin(snapshot, pid, my_uid=os.geteuid(), moved_by_affmon=moved)
 
     def apply(self, proposal: PinProposal, *, isolate: bool, with_children: bool) -> PinResult:
         return pin(
@@ -62,23 +73,33 @@ class SystemPinner:
         )
 
     def _newest(self) -> JournalEntry | None:
+        """The newest pin still in force: some thread it recorded still runs (a pin whose
+        processes have all exited has nothing to undo). Raises ``AffmonError`` when the
+        journal cannot be read or is not trusted."""
         journal = self._journal()
         if not journal.path.exists():
             return None
-        try:
-            live = [e for e in journal.entries() if e.state in ("pending", "applied")]
-        except AffmonError:
-            return None
+        proc = ProcFs("/")
+        live = [
+            e
+            for e in journal.entries()
+            if e.state in ("pending", "applied") and any(still_there(proc, r) for r in e.threads)
+        ]
         return live[-1] if live else None
 
     def last_pin(self) -> str | None:
+        """One line about the pin ``undo_last`` would undo; None when there is none. Raises
+        ``AffmonError`` when the journal cannot be read or is not trusted."""
         entry = self._newest()
         if entry is None:
             return None
         return f"PID {entry.pid} pinned to CPUs {format_cpulist(entry.cpus)} ({len(entry.threads)} threads journaled)"
 
     def undo_last(self) -> UndoResult:
-        entry = self._newest()
+        try:
+            entry = self._newest()
+        except AffmonError as exc:
+            return UndoResult(False, (), (), str(exc))
         if entry is None:
             return UndoResult(False, (), (), "nothing to undo: affmon has no pin in its journal")
         return undo(self._journal(), entry.pid)

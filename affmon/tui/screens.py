@@ -57,9 +57,8 @@ def proposal_text(pr: PinProposal, *, isolate: bool, with_children: bool, p: Pal
     else:
         out.append("       nothing else busy runs on those CPUs\n", style=p.muted)
     if pr.left_alone:
-        out.append("       left alone (on the command line, `affmon pin --isolate-all` moves them):\n", style=p.muted)
+        out.append("       left alone:\n", style=p.muted)
         for o, why in pr.left_alone[:6]:
-            why = why.split(";")[0]  # the heading already names --isolate-all
             out.append(f"        {o.pid:>7} {fmt.term_safe(o.name[:16]):<16} {fmt.term_safe(why)}\n", style=p.muted)
         if len(pr.left_alone) > 6:
             out.append(f"        and {len(pr.left_alone) - 6} more\n", style=p.muted)

@@ -64,6 +64,9 @@ class LiveSource:
         self.info = SourceInfo(
             self._sources.host, self._sources.nvml_status, interval_s, "live", notice=self._sources.notice
         )
+        from affmon.actions.journal import PinnedMasks
+
+        self._pinned = PinnedMasks()
 
     def next_sample(self) -> Sample:
         return self.sampler.sample()
@@ -76,9 +79,7 @@ class LiveSource:
         return self.interval_s
 
     def expected_masks(self) -> ExpectedMasks:
-        from affmon.actions.journal import pinned_masks
-
-        return pinned_masks()
+        return self._pinned()  # re-reads the journal only when it changed
 
     def close(self) -> None:
         self._sources.close()

@@ -1,0 +1,177 @@
+"""What the journal holds: one entry per pin, each thread's mask before affmon changed it,
+and the JSON line each is written as. Pure values; ``affmon.actions.journal`` reads and
+writes them."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, cast
+
+from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
+from affmon.core.errors import AffmonError, ParseError
+
+EntryState = Literal["pending", "applied", "rolled-back", "undone", "expired"]
+ThreadRole = Literal["pin", "isolate"]
+ProcessKey = tuple[int, int]  # (PID, start time in clock ticks since boot): a process, not a recycled number
+_STATES: frozenset[str] = frozenset({"pending", "applied", "rolled-back", "undone", "expired"})
+_ROLES: frozenset[str] = frozenset({"pin", "isolate"})
+FINISHED: frozenset[str] = frozenset({"rolled-back", "undone", "expired"})
+FORMAT_VERSION = 1
+KEEP_FINISHED = 20  # finished entries kept, as one-line summaries, for `affmon undo` to name
+
+
+class JournalError(AffmonError):
+    """The journal file is unreadable, corrupt, untrusted, or cannot be written."""
+
+
+@dataclass(frozen=True)
+class ThreadRecord:
+    """One thread's mask before affmon changed it. ``start_ticks`` tells a thread from a
+    later one that reused its TID; ``role`` says whether it was pinned (a target's
+    thread) or moved aside by ``isolate``."""
+
+    pid: int
+    tid: int
+    start_ticks: int | None
+    old_cpus: CpuSet
+    role: ThreadRole = "pin"
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    id: str
+    time_s: float  # wall-clock time of the pin
+    pid: int  # the process asked for (children, if any, appear in threads)
+    start_ticks: int | None
+    cpus: CpuSet  # the CPUs asked for
+    state: EntryState = "pending"
+    threads: tuple[ThreadRecord, ...] = field(default=())
+    # Clock ticks since boot when the pin began (the unit of a task's start time): a task of
+    # a pinned process, or a descendant, that started later and carries the pinned mask
+    # inherited it from the pin, so undo gives it the mask it would have had.
+    since_ticks: int | None = None
+
+    @property
+    def pinned_pids(self) -> tuple[int, ...]:
+        """The processes this entry pinned (the target and, with children, its workers)."""
+        return tuple(dict.fromkeys(t.pid for t in self.threads if t.role == "pin")) or (self.pid,)
+
+    def pinned_processes(self) -> tuple[ProcessKey, ...]:
+        """The pinned processes with their start times (from the main thread's record, or
+        the entry's own for the target); a process whose start is unknown is left out,
+        since nothing could tell it from a later process with the same PID."""
+        starts = {t.tid: t.start_ticks for t in self.threads if t.role == "pin" and t.tid == t.pid}
+        if self.start_ticks is not None:
+            starts.setdefault(self.pid, self.start_ticks)
+        found = []
+        for pid in self.pinned_pids:
+            start = starts.get(pid)
+            if start is not None:
+                found.append((pid, start))
+        return tuple(found)
+
+
+def new_entry_id() -> str:
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def compact(entries: list[JournalEntry]) -> list[JournalEntry]:
+    """What the file keeps: every entry in force whole; finished ones without their thread
+    records (nothing is left to restore from them), and only the newest ``KEEP_FINISHED``."""
+    finished = [i for i, e in enumerate(entries) if e.state in FINISHED]
+    dropped = set(finished[:-KEEP_FINISHED]) if len(finished) > KEEP_FINISHED else set()
+    return [
+        replace(e, threads=()) if e.state in FINISHED and e.threads else e
+        for i, e in enumerate(entries)
+        if i not in dropped
+    ]
+
+
+# -- encoding ---------------------------------------------------------------------
+
+
+def encode(entry: JournalEntry) -> dict[str, Any]:
+    return {
+        "version": FORMAT_VERSION,
+        "id": entry.id,
+        "time": entry.time_s,
+        "pid": entry.pid,
+        "start_ticks": entry.start_ticks,
+        "cpus": format_cpulist(entry.cpus),
+        "state": entry.state,
+        "since_ticks": entry.since_ticks,
+        "threads": [
+            {
+                "pid": t.pid,
+                "tid": t.tid,
+                "start_ticks": t.start_ticks,
+                "old": format_cpulist(t.old_cpus),
+                "role": t.role,
+            }
+            for t in entry.threads
+        ],
+    }
+
+
+def decode(raw: Any) -> JournalEntry:
+    if not isinstance(raw, dict):
+        raise ValueError("not a JSON object")
+    if raw.get("version") != FORMAT_VERSION:
+        raise ValueError(f"unknown version {raw.get('version')!r}")
+    state = _text(raw["state"])
+    if state not in _STATES:
+        raise ValueError(f"unknown state {state!r}")
+    threads = []
+    for item in raw["threads"]:
+        role = _text(item["role"])
+        if role not in _ROLES:
+            raise ValueError(f"unknown role {role!r}")
+        old = _cpus(item["old"])
+        threads.append(
+            ThreadRecord(
+                pid=_int(item["pid"]),
+                tid=_int(item["tid"]),
+                start_ticks=_optional_int(item["start_ticks"]),
+                old_cpus=old,
+                role=cast(ThreadRole, role),
+            )
+        )
+    time_s = raw["time"]
+    if not isinstance(time_s, (int, float)) or isinstance(time_s, bool):
+        raise ValueError("time is not a number")
+    return JournalEntry(
+        id=_text(raw["id"]),
+        time_s=float(time_s),
+        pid=_int(raw["pid"]),
+        start_ticks=_optional_int(raw["start_ticks"]),
+        cpus=_cpus(raw["cpus"]),
+        state=cast(EntryState, state),
+        threads=tuple(threads),
+        since_ticks=_optional_int(raw.get("since_ticks")),
+    )
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected text, found {value!r}")
+    return value
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"expected a number, found {value!r}")
+    return value
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _cpus(value: Any) -> CpuSet:
+    try:
+        return parse_cpulist(_text(value))
+    except ParseError as exc:
+        raise ValueError(str(exc)) from None
