@@ -32,3 +32,38 @@ def workload(*args: str) -> Iterator[dict[str, Any]]:
 
 def usable_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
+
+
+class Driven:
+    """A helper process driven over its stdin: one command a line, one JSON answer a line.
+    ``info``: its first line (its PID and what it set up)."""
+
+    def __init__(self, proc: subprocess.Popen[str], info: dict[str, Any]) -> None:
+        self.proc = proc
+        self.info = info
+        self.pid: int = info["pid"]
+
+    def send(self, command: str) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+
+@contextmanager
+def driven(script: Path, *args: str) -> Iterator[Driven]:
+    """Start ``script`` with ``args``; yield it once it said what it is; kill its whole
+    session after."""
+    proc = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        yield Driven(proc, json.loads(proc.stdout.readline()))
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()

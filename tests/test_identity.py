@@ -10,8 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,41 +25,16 @@ from affmon.collect.sysfs_topology import read_topology
 from affmon.core.advice import propose_pin
 from affmon.core.rates import make_snapshot
 from affmon.tui.pinner import SystemPinner
-from tests.live import workload
+from tests.live import Driven, driven, workload
 from tests.test_pin import BOTH, REPO, A, B, cpus, masks, spawner, stat_start
 
 FORKER = Path(__file__).parent / "forker.py"
 PID_REUSE = Path(__file__).parent / "pid_reuse.py"
 
 
-class Forker:
-    def __init__(self, proc: subprocess.Popen[str], info: dict[str, Any]) -> None:
-        self.proc = proc
-        self.pid: int = info["pid"]
-
-    def send(self, command: str) -> Any:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return json.loads(self.proc.stdout.readline())
-
-
-@contextmanager
-def forker(*args: str) -> Iterator[Forker]:
+def forker(*args: str) -> AbstractContextManager[Driven]:
     """``tests/forker.py``: a process that forks children (and they theirs) on request."""
-    proc = subprocess.Popen(
-        [sys.executable, str(FORKER), *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert proc.stdout is not None
-        yield Forker(proc, json.loads(proc.stdout.readline()))
-    finally:
-        os.killpg(proc.pid, 9)
-        proc.wait()
+    return driven(FORKER, *args)
 
 
 def wait_past(*pids: int) -> None:

@@ -11,8 +11,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import AbstractContextManager, suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ import pytest
 from affmon.actions import DryRunAffinity, Journal, OsAffinity, expected_masks, pin, undo
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs
 from affmon.core.cpuset import CpuSet, parse_cpulist
-from tests.live import usable_cpus, workload
+from tests.live import Driven, driven, usable_cpus, workload
 
 REPO = Path(__file__).resolve().parent.parent
 SPAWNER = Path(__file__).parent / "thread_spawner.py"
@@ -67,34 +67,10 @@ class HookedOps(OsAffinity):
             super().set(tid, cpus)
 
 
-class Spawner:
-    def __init__(self, proc: subprocess.Popen[str], info: dict[str, Any]) -> None:
-        self.proc = proc
-        self.pid: int = info["pid"]
-        self.creator: int = info["creator"]
-
-    def send(self, command: str) -> Any:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return json.loads(self.proc.stdout.readline())
-
-
-@contextmanager
-def spawner(*args: str) -> Iterator[Spawner]:
-    proc = subprocess.Popen(
-        [sys.executable, str(SPAWNER), *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert proc.stdout is not None
-        yield Spawner(proc, json.loads(proc.stdout.readline()))
-    finally:
-        os.killpg(proc.pid, 9)
-        proc.wait()
+def spawner(*args: str) -> AbstractContextManager[Driven]:
+    """``tests/thread_spawner.py``: a process that makes threads on request (its first line
+    names the thread that creates them: ``info["creator"]``)."""
+    return driven(SPAWNER, *args)
 
 
 def kernel_thread(*, fixed: bool, on: int) -> int:
@@ -271,7 +247,7 @@ def test_threads_that_keep_appearing_with_other_masks_give_up_after_ten_rounds()
         def hook(n: int, tid: int, cpus: CpuSet) -> bool:
             if cpus != {B}:
                 return False  # the rollback
-            if tid == s.creator:
+            if tid == s.info["creator"]:
                 return True  # the creator escapes the pin...
             s.send("via-creator 1")  # ...and keeps making threads with the old mask
             return False

@@ -12,6 +12,7 @@ messages through ``term_safe`` (a bad recording's error quotes its text).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import ClassVar
@@ -21,6 +22,7 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input
@@ -186,7 +188,8 @@ class AffmonApp(App[None]):
     def _on_view(self, message: ViewReady) -> None:
         self.view = message.view
         self._error = None
-        self._render_view()
+        with contextlib.suppress(NoMatches):  # a tick that lands while the app closes: its widgets are gone
+            self._render_view()
 
     # -- rendering ------------------------------------------------------------------
 
