@@ -11,7 +11,7 @@ field unknown for this tick.
 
 PCIe traffic. The cumulative byte counters (``nvmlDeviceGetFieldValues`` with fields
 197/198) answer in 0.5 ms, against 20 ms per direction per GPU for
-``nvmlDeviceGetPcieThroughput`` (NOTES.md). On the H200 (driver 580) they are 32-bit
+``nvmlDeviceGetPcieThroughput``, both measured on the H200. There (driver 580) they are 32-bit
 (``valueType`` unsigned int) and wrap every 4 GiB: at 35 GB/s that is eight times a
 second, so a delta between two 1 s ticks means nothing (measured with
 ``bench/nvml_pcie_probe.py``). The gateway therefore reads them twice per tick, once

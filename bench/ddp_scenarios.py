@@ -1,4 +1,4 @@
-"""Multi-GPU proof (issue 8): a DDP job, one rank per GPU, in several CPU placements;
+"""Multi-GPU proof: a DDP job, one rank per GPU, in several CPU placements;
 affmon's findings for each, throughput before and after ``affmon pin --suggest`` on the
 running ranks, and affmon's plan (``affmon exec --from-env`` under ``torchrun --no-python``)
 against torchrun's own ``--numa-binding`` where the installed PyTorch has it.

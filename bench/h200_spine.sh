@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What issue 2 asks to see on a real GPU: the NVML gateway, the topology and snapshots of
+# Shows on a real GPU: the NVML gateway, the topology and snapshots of
 # a real training job (clean, with a too-narrow mask, with other tenants' CPU hogs), plus
 # the per-thread sampling cost. Run from the repository root on the GPU machine; writes
 # logs to ${OUT:-/tmp/out} and bundles them into spine.tar.gz there.

@@ -1,4 +1,4 @@
-"""The core imports nothing that touches the system or the screen (STYLE.md)."""
+"""The core imports nothing that touches the system or the screen (value types, arithmetic, rules)."""
 
 import pkgutil
 import subprocess

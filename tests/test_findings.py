@@ -97,7 +97,8 @@ def test_healthy_runs_raise_nothing(rec, name):
 
 
 def test_healthy_pinned_job_migrates_and_switches_yet_is_not_flagged(rec):
-    # NOTES.md: migrations and involuntary switches alone are not a finding.
+    # Migrations and involuntary switches alone are not a finding: a healthy job pinned to CPUs 0-5
+    # on the H200 had 201 migrations/s and 247 involuntary switches/s.
     topology, samples = rec("pinned")
     snap = snapshots(topology, samples)[-1]
     (job,) = find_jobs(snap)

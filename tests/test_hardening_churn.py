@@ -1,4 +1,4 @@
-"""Churn and long runs (issue 7). First, for 20 s, ``tests/churn.py`` starts and ends hundreds of
+"""Churn and long runs. First, for 20 s, ``tests/churn.py`` starts and ends hundreds of
 processes and threads a second while the sampler (every process, ``others=True``, with a
 fake NVML that puts a workload on a GPU) and the diagnosis (``evaluate`` and the
 ``FindingTracker``, suggestions, the JSON report) run every 0.2 s, as the monitor does.

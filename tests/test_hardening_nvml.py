@@ -1,4 +1,4 @@
-"""NVML faults (issue 7), against ``tests/fake_pynvml.py``: every pynvml function the
+"""NVML faults, against ``tests/fake_pynvml.py``: every pynvml function the
 gateway calls made to raise NotSupported, GpuIsLost, Unknown and Uninitialized, on one
 GPU of two, at start-up and mid-run, and all of them at once. The gateway never raises;
 a field it could not read is None (unknown); a lost GPU is marked lost and the other

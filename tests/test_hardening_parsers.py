@@ -1,4 +1,4 @@
-"""Property-based tests of every parser of outside text (issue 7, "bad input").
+"""Property-based tests of every parser of outside text (bad input).
 
 Each parser either gives the right answer (checked against a model of the input, or by
 a round trip through the matching writer) or raises ``ParseError``, the project's own

@@ -1,4 +1,4 @@
-"""Pinning faults (issue 7) that ``tests/test_pin.py`` does not already cover: a thread
+"""Pinning faults that ``tests/test_pin.py`` does not already cover: a thread
 the kernel places itself (PF_NO_SETAFFINITY) among the target's threads, threads that
 exit between the listing and the first read or before the read-back, EINVAL half way,
 a rollback that is itself refused, and crashes around the write-ahead journal (after it

@@ -1,4 +1,4 @@
-"""Recorded trees with holes (issue 7): files missing, empty, replaced by a directory, a
+"""Recorded trees with holes: files missing, empty, replaced by a directory, a
 FIFO or a symbolic link loop, or full of garbage. ``affmon topology --root`` and
 ``affmon snapshot --root`` must give a topology and a snapshot with unknowns (exit 0),
 or, for garbage only, one line and exit 2: never a traceback, never a hang.

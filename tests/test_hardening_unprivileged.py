@@ -1,4 +1,4 @@
-"""Unprivileged use (issue 7). When the tests run as root, affmon's sampler and pin are
+"""Unprivileged use. When the tests run as root, affmon's sampler and pin are
 run as ``nobody`` (``setpriv --reuid=65534 --regid=65534 --clear-groups``, with a HOME
 and XDG_STATE_HOME it may write) against root-owned processes: sampling shows what that
 user may read and marks the rest unknown (null, never 0); pin, its dry run included,

@@ -1,4 +1,4 @@
-"""The lent multi-GPU machines as recorded (issue 8): their topology as hwloc gathered it,
+"""The lent multi-GPU machines as recorded: their topology as hwloc gathered it,
 affmon's plan for them against the masks ``affmon exec --from-env`` gave the live ranks,
 and a real two-rank DDP job on two H200s with both ranks forced onto CPUs 0-7
 (fixtures/recordings/SOURCES.md, fixtures/sysfs/SOURCES.md)."""

@@ -530,7 +530,7 @@ def test_nvml_bus_id_spelling_is_understood() -> None:
 
 
 def test_notes_scenario_sixteen_hogs_on_a_sixteen_core_vm() -> None:
-    # The H200 VM of NOTES.md: one node, GPU numa_node -1 with local_cpulist 0-15, and
+    # The H200 VM measured by hand: one node, GPU numa_node -1 with local_cpulist 0-15, and
     # 16 busy hogs of another tenant. Narrowing the job alone made it slower; the
     # suggestion must name the hogs to move and say it only helps if they do.
     gpu = Gpu("0000:00:06.0", "nvidia", None, cpus("0-15"))

@@ -339,7 +339,7 @@ def test_whole_topology(name: str, hwloc: Callable[[str], HwlocView]) -> None:
     assert ours(name) == hwloc(name).topology
 
 
-# ------------------------------------------------- facts stated by the topologies README
+# ----------------------------------------- facts known of these machines from their sources
 
 
 def gpu_nodes(topo: Topology) -> dict[str, int | None]:
@@ -408,7 +408,7 @@ def test_8ia64_sparse_nodes_and_cpu_less_node() -> None:
     topo = ours("hwloc-xml__8ia64-2n2s2c+1n.v1tov2.xml")
     assert node_cpus(topo) == {0: cpus("0-3"), 2: cpus("16-19"), 16: frozenset()}
     assert topo.cpu_numa_nodes == (NumaNode(0, cpus("0-3")), NumaNode(2, cpus("16-19")))
-    # The README's "CPU ids 0-7,16-23" is the complete_cpuset; the file has PUs for half.
+    # The machine's listed "CPU ids 0-7,16-23" is the complete_cpuset; the file has PUs for half.
     assert topo.online_cpus == cpus("0-3,16-19")
     assert [p.id for p in topo.packages] == [0, 1, 131072, 131073]
     assert topo.l3_groups == ()  # no cache objects in this file

@@ -358,14 +358,14 @@ def compare_gpus(topo: Topology, hw: HwlocView, driver_listed: frozenset[str] | 
 
 
 # --------------------------------------------------------------------------------------
-# Per tree: the shipped expected output, lstopo 2.9, and the README's facts.
+# Per tree: the shipped expected output, lstopo 2.9, and what its source says of the machine.
 
 
 def test_offlines(tree):
     root = tree("offlines")
     topo = read_topology(str(root))
     present = cpus("0-15")  # cpu0..cpu15 directories
-    # README: offline CPUs (cpuN/online = 0), no cpu/online file, no node0/cpulist
+    # The machine: offline CPUs (cpuN/online = 0), no cpu/online file, no node0/cpulist
     assert not (root / "sys/devices/system/cpu/online").exists()
     assert topo.online_cpus == present - {2, 5, 13, 14}
     assert topo.allowed_cpus == topo.online_cpus  # no cgroup information in this tree
@@ -390,7 +390,7 @@ def test_offlines(tree):
 def test_cgroup2(tree):
     root = tree("cgroup2")
     topo = read_topology(str(root))
-    # README: 4 sockets, 8 nodes n = 4n..4n+3, no SMT; Slurm cgroup v2 cpus 0-5, mems 0-5
+    # The machine: 4 sockets, 8 nodes n = 4n..4n+3, no SMT; Slurm cgroup v2 cpus 0-5, mems 0-5
     assert topo.online_cpus == cpus("0-31")
     assert topo.allowed_cpus == cpus("0-5")
     assert [(n.id, n.cpus) for n in topo.numa_nodes] == [(n, cpus(f"{4 * n}-{4 * n + 3}")) for n in range(8)]
@@ -425,7 +425,7 @@ def test_cgroup2(tree):
 def test_pcilocality(tree):
     root = tree("pcilocality")
     topo = read_topology(str(root))
-    # README: 4 sockets, HT off, 4 nodes round-robin (node n = n, n+4, ..., n+36)
+    # The machine: 4 sockets, HT off, 4 nodes round-robin (node n = n, n+4, ..., n+36)
     assert topo.online_cpus == topo.allowed_cpus == cpus("0-39")  # Torque cpuset: 0-39
     assert [(n.id, n.cpus) for n in topo.numa_nodes] == [(n, frozenset(range(n, 40, 4))) for n in range(4)]
     assert [(p.id, p.cpus) for p in topo.packages] == [(n, frozenset(range(n, 40, 4))) for n in range(4)]
@@ -449,7 +449,7 @@ def test_pcilocality(tree):
 
 
 def test_pcilocality_gpu_numa_minus_one(tree, tmp_path):
-    """The README fact "every PCI numa_node is -1, local_cpulist 0-39", through a GPU: the
+    """The recorded fact "every PCI numa_node is -1, local_cpulist 0-39", through a GPU: the
     tree's display device, copied into a small root with its vendor made NVIDIA's."""
     source = tree("pcilocality")
     device = (source / "sys/bus/pci/devices/0000:09:03.0").resolve()
@@ -472,7 +472,7 @@ def test_pcilocality_gpu_numa_minus_one(tree, tmp_path):
 def test_sparse(tree):
     root = tree("sparse")
     topo = read_topology(str(root))
-    # README: 4 sockets, 8 nodes with sparse ids, 48 cores no SMT, NR_CPUS=48
+    # The machine: 4 sockets, 8 nodes with sparse ids, 48 cores no SMT, NR_CPUS=48
     assert [n.id for n in topo.numa_nodes] == [0, 1, 2, 33, 34, 45, 72, 73]
     assert [n.cpus for n in topo.numa_nodes] == [frozenset(range(6 * i, 6 * i + 6)) for i in range(8)]
     assert topo.node_of_cpu(47) == 73
@@ -492,7 +492,7 @@ def test_sparse(tree):
 def test_gb10(tree):
     root = tree("gb10")
     topo = read_topology(str(root))
-    # README: one package, one node 0-19, 20 cores without SMT, two L3 clusters
+    # The machine: one package, one node 0-19, 20 cores without SMT, two L3 clusters
     assert topo.online_cpus == topo.allowed_cpus == cpus("0-19")
     assert [(n.id, n.cpus) for n in topo.numa_nodes] == [(0, cpus("0-19"))]
     assert [(p.id, p.cpus) for p in topo.packages] == [(36, cpus("0-19"))]  # physical_package_id 36
@@ -525,7 +525,7 @@ GPUNUMA_GPUS = {
 def test_gpunuma(tree):
     root = tree("gpunuma")
     topo = read_topology(str(root))
-    # README: POWER9, CPUs trimmed to 0-15 and 88-103, SMT4; CPU nodes 0 and 8 and six
+    # The machine: POWER9, CPUs trimmed to 0-15 and 88-103, SMT4; CPU nodes 0 and 8 and six
     # CPU-less GPU-memory nodes 250-255; 6 V100 on PCI.
     assert topo.online_cpus == cpus("0-15,88-103")
     assert [(n.id, n.cpus) for n in topo.numa_nodes] == [(0, cpus("0-15")), (8, cpus("88-103"))] + [

@@ -13,8 +13,8 @@ own: a rank and its DataLoader workers (``find_jobs``). A thread is *busy* when 
 A message is display text: the names it quotes (other processes, bus ids) pass through
 ``term_safe``; the evidence keeps them raw for JSON.
 
-Migrations and involuntary switches alone are never a finding: the healthy pinned job of
-NOTES.md had 201 migrations/s and 247 involuntary switches/s. They appear as evidence.
+Migrations and involuntary switches alone are never a finding: a healthy job pinned to CPUs
+0-5 on the H200 had 201 migrations/s and 247 involuntary switches/s. They appear as evidence.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ class Thresholds:
     busy_demand                       0.20     a thread is busy when run + run-queue wait
                                                fill at least 20% of the interval
     starved_warn / starved_bad        0.10 /   run-queue wait ratio of the job's busy
-                                      0.25     threads (NOTES.md: 0.00 healthy, 0.45 hogs,
-                                               0.61 narrow mask; bcc's runqlat and the 25%
-                                               CPU-throttling alert convention)
+                                      0.25     threads (measured on an H200: 0.00 healthy,
+                                               0.45 hogs, 0.61 narrow mask; bcc's runqlat
+                                               and the 25% CPU-throttling alert convention)
     narrow_factor                     1.0      busy threads' CPU demand above this many
                                                times the CPUs of their mask
     other_busy_percent                20.0     another process's thread counts as a

@@ -2,8 +2,8 @@
 should move. Pure: it takes a ``Topology`` and observations and returns values whose
 ``reasons`` and ``warnings`` say why in plain sentences, with the numbers.
 
-The rules, in order of preference (background in research/affinity_numa.md, sections 1,
-2 and 10):
+The rules, in order of preference (drawn from NVIDIA DeepLearningExamples'
+``gpu_affinity.py`` and torchrun's ``--numa-binding``):
 
 1. Domain: the allowed CPUs of the GPU's NUMA node, or the GPU's own local CPUs where
    they are narrower than the node (an MI250X GCD local to one L3 group). Unknown
@@ -22,7 +22,7 @@ The rules, in order of preference (background in research/affinity_numa.md, sect
    process ran on; then the one closest to the slice ``plan_machine`` gives its rank
    (so suggestions for every rank of a domain keep tiling it); then the lowest CPUs.
 
-Measured on the H200 machine (NOTES.md): narrowing a job's mask while another tenant's
+Measured on the H200 machine: narrowing a job's mask while another tenant's
 busy threads stay on those cores made it slower (904 vs 1198 samples/s); moving them off
 gave 1695. So ``suggest`` avoids cores where other busy processes run, and names those
 it could not avoid in ``move_off``.

@@ -5,8 +5,8 @@ Definitions (all per interval between the two samples):
 
 * ``cpu_percent``: CPU time delta over wall time, 100 = one CPU busy.
 * ``wait_ratio``: run-queue wait delta / (run delta + wait delta), from ``schedstat``.
-  NOTES.md: 0.00 on the healthy job, 0.45 with other tenants' hogs, 0.61 with a
-  ``taskset -c 0-1`` mask. A thread that neither ran nor waited has no ratio (None).
+  Measured on an H200 machine: 0.00 on the healthy job, 0.45 with other tenants' hogs,
+  0.61 with a ``taskset -c 0-1`` mask. A thread that neither ran nor waited has no ratio (None).
 * ``ran_on_cpus``: the ``psr`` of threads that got CPU time in the interval. ``psr``
   is where a thread last ran, so this is a lower bound: a thread that migrated twice
   between samples shows only its last CPU (``migrations_per_s`` counts the rest).
