@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from affmon.commands.common import load_topology
 from affmon.commands.pinning import bus_id_for, gpu_from_env
 from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.errors import AffmonError
 from affmon.core.topology import Topology
+from affmon.sources.live import load_topology
 
 
 def wrong_node(topology: Topology, bus_id: str) -> tuple[int, int, CpuSet]:

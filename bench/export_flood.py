@@ -399,8 +399,8 @@ def serve_old(a: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from affmon.collect.sampler import Selection
-    from affmon.commands.common import live_sources
     from affmon.export.service import Exporter as LiveExporter
+    from affmon.sources.live import live_sources
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from affmon.sources.stream import ReplaySource  # noqa: E402
 from affmon.tui.app import AffmonApp  # noqa: E402
 from affmon.tui.pinner import ReplayPinner  # noqa: E402
-from affmon.tui.sources import ReplaySource  # noqa: E402
 
 RECORDINGS = ROOT / "tests" / "fixtures" / "recordings"
 DEMO = str(ROOT / "affmon" / "data" / "demo.jsonl.gz")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from affmon.commands.common import load_topology
 from affmon.core.errors import AffmonError
 from affmon.core.topology import Core, Gpu, NumaNode, Package, Topology
+from affmon.sources.live import load_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 XML = ROOT / "tests/fixtures/hwloc_xml"

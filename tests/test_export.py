@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import itertools
 import json
 import os
 import pwd
@@ -29,9 +28,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from affmon.collect.sampler import Sampler, Selection
-from affmon.commands.common import load_topology
 from affmon.commands.export import listen_address
-from affmon.core.rates import make_snapshot
 from affmon.core.recording import read_recording
 from affmon.core.samples import GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
 from affmon.core.topology import NumaNode, Topology
@@ -40,6 +37,7 @@ from affmon.export.collector import StateCollector
 from affmon.export.families import Family, families
 from affmon.export.service import Exporter
 from affmon.export.state import ExportState, step
+from affmon.sources.live import load_topology
 from tests.live import usable_cpus, workload
 
 REPO = Path(__file__).parent.parent
@@ -325,7 +323,7 @@ def test_recorded_job_findings_are_those_of_diagnose(narrow_state):
     from affmon.commands.diagnose import diagnose
 
     topo, samples = recorded("narrow")
-    expected = diagnose([make_snapshot(a, b, topo) for a, b in itertools.pairwise(samples)], {})
+    expected, _last = diagnose(samples, topo, {})
     assert [(f.code, f.pid, f.severity) for f in narrow_state.findings] == [
         (f.code, f.pid, f.severity) for f in expected
     ]

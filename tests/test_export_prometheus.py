@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from affmon.collect.sampler import Sampler, Selection
-from affmon.commands.common import load_topology
+from affmon.sources.live import load_topology
 from tests.live import usable_cpus, workload
 from tests.test_export import dashboard_queries, serving, wait_for
 

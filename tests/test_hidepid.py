@@ -105,7 +105,7 @@ def test_the_notice_follows_the_last_proc_mount_on_proc(lines: list[tuple[str, s
 
 PRINT_NOTICE = (
     "from affmon.collect.sampler import Selection\n"
-    "from affmon.commands.common import open_live_sources\n"
+    "from affmon.sources.live import open_live_sources\n"
     "sources = open_live_sources(Selection(others=True))\n"
     "print(sources.notice)\n"
     "sources.close()\n"

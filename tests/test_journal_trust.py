@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from affmon.actions import Journal, JournalEntry, JournalError, ThreadRecord, pin, undo
+from affmon.actions.describe import result_text
 from affmon.actions.journal import KEEP_FINISHED, PinnedMasks, new_entry_id
 from affmon.collect.procfs import ProcFs
-from affmon.commands.pinning import result_text
 from affmon.core.cpuset import CpuSet
 from tests.live import usable_cpus, workload
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from affmon.core.errors import ParseError
 from affmon.core.lines import split_lines
-from affmon.tui.sources import ReplaySource
+from affmon.sources.stream import ReplaySource
 from tests.test_recording_privacy import affmon, one_line_error
 
 HOGS = Path(__file__).parent / "fixtures" / "recordings" / "hogs.jsonl.gz"
@@ -94,7 +94,7 @@ def test_a_line_that_is_not_utf8_is_refused_naming_it():
 
 PEAK_PROBE = """
 import sys
-from affmon.tui.sources import ReplaySource
+from affmon.sources.stream import ReplaySource
 source = ReplaySource(sys.argv[1])
 played = sum(1 for _ in iter(source.next_sample, None))
 peak_kb = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
@@ -124,7 +124,7 @@ def test_an_endless_line_is_one_line_error_with_memory_bounded():
     probe = (
         "import sys\n"
         "from affmon.core.errors import ParseError\n"
-        "from affmon.tui.sources import ReplaySource\n"
+        "from affmon.sources.stream import ReplaySource\n"
         "try:\n"
         "    ReplaySource('/dev/zero')\n"
         "except ParseError as exc:\n"

@@ -32,12 +32,14 @@ from affmon.actions.undo import UndoResult
 from affmon.commands.diagnose import diagnose, findings_text
 from affmon.core import fmt
 from affmon.core.advice import propose_pin
+from affmon.core.findings import Finding
 from affmon.core.monitor import Monitor, SourceInfo
 from affmon.core.planner import plan_machine
 from affmon.core.rates import Snapshot, make_snapshot
 from affmon.core.report import snapshot_text, topology_text
 from affmon.core.samples import Sample
 from affmon.core.table import TableOptions, table_rows
+from affmon.core.topology import Topology
 from affmon.core.views import View, thread_rows
 from affmon.tui.palette import Palette
 from affmon.tui.screens import pin_result_text, proposal_text, undo_result_text
@@ -145,6 +147,18 @@ def renamed(sample: Sample, pool: list[str]) -> Sample:
     return dataclasses.replace(sample, processes=tuple(processes), gpus=gpus)
 
 
+def hostile_samples(recording: str, pool: list[str]) -> tuple[Topology, list[Sample]]:
+    header, samples = load(recording)
+    return header.topology, [renamed(s, pool) for s in samples[-3:]]
+
+
+def diagnosed(recording: str, pool: list[str]) -> tuple[list[Finding], Snapshot, int]:
+    """``affmon diagnose`` over the recording's last three samples, renamed from ``pool``."""
+    topology, samples = hostile_samples(recording, pool)
+    findings, last = diagnose(samples, topology, {})
+    return findings, last, len(samples) - 1
+
+
 def snapshots(recording: str, pool: list[str]) -> list[Snapshot]:
     header, samples = load(recording)
     hostile = [renamed(s, pool) for s in samples[-3:]]
@@ -194,24 +208,22 @@ def test_topology_text_escapes_gpu_bus_ids_and_vendors(pool):
 @SOME
 @given(pool=name_lists)
 def test_findings_messages_and_diagnose_text_escape_the_names_they_quote(recording, pool):
-    snaps = snapshots(recording, pool)
-    findings = diagnose(snaps, {})
+    findings, last, intervals = diagnosed(recording, pool)
     assert {f.code for f in findings} >= {"CONTENDED"}  # the rule that names other processes
     for f in findings:
         assert active(f.message) == [], f.message
         for key in ("reasons", "warnings"):
             for line in (f.suggestion or {}).get(key, []):
                 assert active(line) == [], line
-    text = findings_text(findings, snaps[-1], len(snaps))
+    text = findings_text(findings, last, intervals)
     assert active(text, layout="\n") == []
-    benign_snaps = snapshots(recording, BENIGN)
-    benign = findings_text(diagnose(benign_snaps, {}), benign_snaps[-1], len(benign_snaps))
+    benign = findings_text(*diagnosed(recording, BENIGN))
     assert text.count("\n") == benign.count("\n")
 
 
 def test_findings_json_keeps_the_raw_names():
-    snaps = snapshots("hogs", [TITLE])
-    contended = next(f for f in diagnose(snaps, {}) if f.code == "CONTENDED")
+    findings, _last, _intervals = diagnosed("hogs", [TITLE])
+    contended = next(f for f in findings if f.code == "CONTENDED")
     others = json.loads(json.dumps(contended.to_json()))["evidence"]["others"]
     assert others and all(o["name"] == TITLE for o in others)
     assert TITLE not in contended.message and "?]0;PWNED?" in contended.message

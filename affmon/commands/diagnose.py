@@ -3,27 +3,33 @@
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import time
 
 from affmon.actions.journal import pinned_masks
 from affmon.collect.sampler import Selection
-from affmon.commands.common import live_sources
+from affmon.core import tick
 from affmon.core.advice import attach_suggestions
-from affmon.core.findings import Context, ExpectedMasks, Finding, FindingTracker, Severity, exit_status, find_jobs
+from affmon.core.errors import SourceError
+from affmon.core.findings import ExpectedMasks, Finding, Severity, exit_status, find_jobs
 from affmon.core.fmt import term_safe
-from affmon.core.rates import Snapshot, make_snapshot
+from affmon.core.rates import Snapshot
+from affmon.core.samples import Sample
+from affmon.core.topology import Topology
+from affmon.sources.live import live_sources
 
 
-def diagnose(snapshots: list[Snapshot], masks: ExpectedMasks) -> list[Finding]:
-    """Debounced findings over consecutive snapshots, with suggestions from the last."""
-    from affmon.core.findings import evaluate
-
-    tracker = FindingTracker()
-    for snap in snapshots:
-        tracker = tracker.update(evaluate(snap, Context(snap.topology, expected_masks=masks)))
-    return attach_suggestions(tracker.active, snapshots[-1])
+def diagnose(samples: list[Sample], topology: Topology, masks: ExpectedMasks) -> tuple[list[Finding], Snapshot]:
+    """Debounced findings over consecutive samples (the tick every front end shares), with
+    suggestions from the last interval; and that interval."""
+    state = tick.start(topology)
+    last: Snapshot | None = None
+    for sample in samples:
+        state = tick.advance(state, sample, masks)
+        last = state.snapshot or last
+    if last is None:
+        raise SourceError("the samples closed no interval: the clock did not move between them")
+    return attach_suggestions(list(state.findings), last), last
 
 
 def findings_text(findings: list[Finding], snap: Snapshot, intervals: int, *, partial: bool = False) -> str:
@@ -66,8 +72,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         for _ in range(args.samples - 1):
             time.sleep(args.interval)
             samples.append(src.sampler.sample())
-    snapshots = [make_snapshot(a, b, src.topology) for a, b in itertools.pairwise(samples)]
-    findings = diagnose(snapshots, pinned_masks())
+    findings, last = diagnose(samples, src.topology, pinned_masks())
     if args.json:
         report = {"findings": [f.to_json() for f in findings], "nvml": src.nvml_status, "notice": src.notice}
         print(json.dumps(report, indent=2))
@@ -76,5 +81,5 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             print(term_safe(src.nvml_status))
         if src.notice:
             print(f"note: {src.notice}")
-        print(findings_text(findings, snapshots[-1], len(snapshots), partial=src.notice is not None))
+        print(findings_text(findings, last, len(samples) - 1, partial=src.notice is not None))
     return exit_status(f for f in findings if f.severity >= Severity.WARN)

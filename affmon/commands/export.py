@@ -72,10 +72,10 @@ def add_export_parser(subparsers: argparse._SubParsersAction[Any]) -> argparse.A
 def cmd_export(args: argparse.Namespace) -> int:
     from affmon.actions.journal import PinnedMasks
     from affmon.collect.sampler import Selection
-    from affmon.commands.common import live_sources
     from affmon.core.fmt import term_safe
     from affmon.export.server import raise_fd_limit
     from affmon.export.service import Exporter, format_address
+    from affmon.sources.live import live_sources
 
     raise_fd_limit()  # the connection limit takes at most half of what is free (affmon.export.server)
     host, port = args.listen

@@ -8,12 +8,12 @@ import sys
 import time
 
 from affmon.collect.sampler import Selection
-from affmon.commands.common import live_sources, load_topology
-from affmon.commands.record_output import open_output
 from affmon.core.fmt import term_safe
 from affmon.core.rates import make_snapshot
 from affmon.core.recording import header_line, private_sample, sample_line
 from affmon.core.report import snapshot_json, snapshot_text, topology_text
+from affmon.sources.live import live_sources, load_topology
+from affmon.sources.record import open_output
 
 
 def cmd_topology(args: argparse.Namespace) -> int:
@@ -44,7 +44,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     """Write a header line, then one sample per interval for ``--duration`` seconds. The
     other processes on the machine are sampled too, as evidence of what shares the
     watched ones' CPUs, but only the watched processes' command lines are written
-    (every one with ``--all``); the file is new and private (``record_output``)."""
+    (every one with ``--all``); the file is new and private (``affmon.sources.record``)."""
     selection = Selection(pids=tuple(args.pid), all=args.all, others=True)
     count = 0
     with live_sources(selection) as src:

@@ -13,13 +13,13 @@ import sys
 import time
 from typing import Any
 
+from affmon.actions.describe import result_text, undo_text
 from affmon.actions.journal import Journal, default_journal_path
-from affmon.actions.pin import DryRunAffinity, PinResult, ThreadResult, pin
-from affmon.actions.undo import UndoResult, undo
+from affmon.actions.pin import DryRunAffinity, PinResult, pin
+from affmon.actions.undo import undo
 from affmon.collect.identity import resolve_pid, tgid_of
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Selection
-from affmon.commands.common import live_sources, load_topology
 from affmon.core.advice import job_of, occupants, suggest_for_job
 from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
 from affmon.core.errors import AffmonError, ParseError, SourceError
@@ -27,6 +27,7 @@ from affmon.core.fmt import term_safe
 from affmon.core.planner import MachinePlan, RankPlan, Suggestion, plan_machine
 from affmon.core.rates import make_snapshot
 from affmon.core.topology import Topology
+from affmon.sources.live import live_sources, load_topology
 
 EXIT_FAILED = 1
 
@@ -139,38 +140,6 @@ def _thread_json(t: Any) -> dict[str, Any]:
         "status": t.status,
         "message": t.message,
     }
-
-
-def thread_line(t: ThreadResult) -> str:
-    """One thread of a pin or undo: PID, TID, what happened, mask before -> after."""
-    before = "?" if t.before is None else format_cpulist(t.before)
-    after = "?" if t.after is None else format_cpulist(t.after)
-    note = f"  {term_safe(t.message)}" if t.message else ""
-    return f"  {t.pid:>8} {t.tid:>8} {t.status:<10} {before:>12} -> {after:<12}{note}"
-
-
-def result_text(result: PinResult) -> list[str]:
-    verb = "would set" if result.dry_run else "set"
-    counts: dict[str, int] = {}
-    for t in result.threads:
-        counts[t.status] = counts.get(t.status, 0) + 1
-    lines = [thread_line(t) for t in result.threads]
-    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    if result.ok:
-        lines.append(f"{verb} CPUs {format_cpulist(result.cpus)}: {summary}")
-        if result.journal_id:
-            lines.append(f"journaled as {result.journal_id}; `affmon undo` puts every mask back")
-    else:
-        if not result.changed:
-            state = "nothing was changed"
-        elif result.rolled_back:
-            state = "every thread it had changed was put back as it was"
-        else:
-            state = "some threads could not be put back (`affmon undo` retries)"
-        lines.append(f"pin failed ({summary or 'no thread changed'}); {state}")
-    if result.warning:
-        lines.append(f"warning: {result.warning}")
-    return lines
 
 
 def cmd_pin(args: argparse.Namespace) -> int:
@@ -306,15 +275,6 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 # -- undo ----------------------------------------------------------------------------
-
-
-def undo_text(result: UndoResult) -> list[str]:
-    """Every thread touched, then what was undone; on a failure too, so the user knows
-    exactly what was restored."""
-    lines = [thread_line(t) for t in result.threads]
-    if result.ok or result.entry_ids:
-        lines.append(f"undid {len(result.entry_ids)} pin(s): {', '.join(result.entry_ids) or 'none'}")
-    return lines
 
 
 def cmd_undo(args: argparse.Namespace) -> int:

@@ -23,8 +23,9 @@ def demo_recording() -> str:
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
+    from affmon.actions.journal import PinnedMasks
+    from affmon.sources.stream import LiveSource, ReplaySource, Source
     from affmon.tui.pinner import Pinner, ReplayPinner, SystemPinner
-    from affmon.tui.sources import LiveSource, ReplaySource, Source
 
     source: Source
     pinner: Pinner
@@ -41,7 +42,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
         pinner = ReplayPinner()
         interval = None
     else:
-        source = LiveSource(tuple(args.tui_pid), args.tui_interval)
+        source = LiveSource(tuple(args.tui_pid), args.tui_interval, expected_masks=PinnedMasks())
         pinner = SystemPinner()
         interval = args.tui_interval
 

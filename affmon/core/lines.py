@@ -6,7 +6,7 @@ A reader that splits a whole file in memory holds the file and a list of every l
 read is held: runs of blank lines are skipped a chunk at a time without being kept, and
 a line that grows past ``max_line_bytes`` is refused with a ``ParseError`` naming it,
 so memory is bounded by the cap plus a chunk whatever the stream holds. No I/O: the
-caller hands in the chunks (``affmon.tui.sources.read_lines`` reads them from a file).
+caller hands in the chunks (``affmon.sources.stream.read_lines`` reads them from a file).
 """
 
 from __future__ import annotations

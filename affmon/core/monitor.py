@@ -13,17 +13,9 @@ from collections import deque
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from affmon.core.findings import (
-    DEFAULT_THRESHOLDS,
-    Context,
-    ExpectedMasks,
-    FindingTracker,
-    Thresholds,
-    evaluate,
-    find_jobs,
-)
-from affmon.core.rates import make_snapshot
+from affmon.core.findings import DEFAULT_THRESHOLDS, ExpectedMasks, FindingTracker, Thresholds
 from affmon.core.samples import Sample
+from affmon.core.tick import Tick, advance, start
 from affmon.core.topology import Topology
 from affmon.core.views import (
     GpuHistory,
@@ -79,10 +71,7 @@ class Monitor:
         self.info = info
         self.history_len = history_len
         self.thresholds = thresholds
-        self.tracker = FindingTracker(thresholds)
-        self.previous: Sample | None = None
-        self.samples_seen = 0
-        self.ticks = 0
+        self.state: Tick = start(topology, thresholds)
         self._gpu: dict[int, tuple[_Ring, _Ring, _Ring]] = {}
         self._proc: dict[tuple[int, int], tuple[_Ring, _Ring]] = {}
 
@@ -91,16 +80,12 @@ class Monitor:
     ) -> View | None:
         """Take the next sample; the view of the interval it closes (None for the first
         sample, or one that is not newer than the last: rates need time between two)."""
-        self.samples_seen += 1
-        previous, self.previous = self.previous, sample
-        if previous is None or sample.monotonic_s <= previous.monotonic_s:
+        self.state = advance(self.state, sample, expected_masks)
+        snapshot = self.state.snapshot
+        if snapshot is None:
             return None
-        snapshot = make_snapshot(previous, sample, self.topology)
-        context = Context(self.topology, self.thresholds, expected_masks or {})
-        self.tracker = self.tracker.update(evaluate(snapshot, context))
-        findings = tuple(self.tracker.active)
-        jobs = find_jobs(snapshot)
-        self.ticks += 1
+        findings = self.state.findings
+        jobs = list(self.state.jobs)
         now = sample.monotonic_s
         gpus = tuple(gpu_row(g) for g in snapshot.gpus)
         for g in gpus:
@@ -135,6 +120,19 @@ class Monitor:
             process_history=MappingProxyType(process_history),
             snapshot=snapshot,
         )
+
+    @property
+    def tracker(self) -> FindingTracker:
+        return self.state.tracker
+
+    @property
+    def samples_seen(self) -> int:
+        return self.state.samples
+
+    @property
+    def ticks(self) -> int:
+        """Intervals closed (views made)."""
+        return self.state.intervals
 
     def _ring(self) -> _Ring:
         return _Ring(self.history_len)

@@ -25,8 +25,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from affmon.core.findings import Context, ExpectedMasks, Finding, FindingTracker, evaluate, find_jobs
-from affmon.core.rates import GpuRates, Snapshot, make_snapshot
+from affmon.core import tick
+from affmon.core.findings import ExpectedMasks, Finding, FindingTracker
+from affmon.core.rates import GpuRates, Snapshot
 from affmon.core.samples import GpuSample, ProcessSample, Sample, ThreadSample
 from affmon.core.topology import Topology
 
@@ -165,12 +166,6 @@ class ExportState:
     exporter_cpu_s: float | None = None
 
 
-def _prune(tracker: FindingTracker, live: set[int]) -> FindingTracker:
-    """Forget findings of processes that exited: their series must go with them."""
-    tracks = {key: track for key, track in tracker.tracks.items() if key[1] is None or key[1] in live}
-    return tracker if len(tracks) == len(tracker.tracks) else FindingTracker(tracker.thresholds, tracks)
-
-
 def step(
     state: ExportState,
     sample: Sample,
@@ -186,20 +181,20 @@ def step(
         sample_duration_s=sample.duration_s,
         exporter_cpu_s=exporter_cpu_s,
     )
-    if state.last_sample is None:
+    # The tick every front end shares (findings of exited processes go with them).
+    ticked = tick.advance(
+        tick.Tick(topology, state.tracker.thresholds, state.last_sample, state.tracker), sample, expected_masks
+    )
+    snapshot = ticked.snapshot
+    if snapshot is None:  # the first sample, or one not newer than the last: no interval to show
         return counted
-    snapshot = make_snapshot(state.last_sample, sample, topology)
-    found = evaluate(snapshot, Context(topology, expected_masks=expected_masks or {}))
-    live = {p.pid for p in sample.processes}
-    tracker = _prune(state.tracker.update(found), live)
-    jobs = find_jobs(snapshot)
     return replace(
         counted,
         snapshot=snapshot,
         totals=advance(state.totals, snapshot),
-        tracker=tracker,
-        findings=tuple(tracker.active),
-        job_of={m.sample.pid: job.pid for job in jobs for m in job.members},
+        tracker=ticked.tracker,
+        findings=ticked.findings,
+        job_of={m.sample.pid: job.pid for job in ticked.jobs for m in job.members},
     )
 
 

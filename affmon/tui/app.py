@@ -33,10 +33,10 @@ from affmon.core.fmt import term_safe
 from affmon.core.monitor import HISTORY_LEN, Monitor
 from affmon.core.table import SORTS, TableOptions, next_sort, process_key, table_rows
 from affmon.core.views import ProcessRow, View, thread_rows
+from affmon.sources.stream import Source
 from affmon.tui.palette import Palette, palette
 from affmon.tui.pinner import Pinner
 from affmon.tui.screens import HelpScreen, PinScreen, UndoScreen
-from affmon.tui.sources import Source
 from affmon.tui.widgets.cores import CoreMap
 from affmon.tui.widgets.detail import DetailText, ProcessPlot, ThreadTable
 from affmon.tui.widgets.gpus import GpuPanel, GpuPlot

@@ -16,9 +16,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from affmon.actions.describe import result_text, undo_text
 from affmon.actions.pin import PinResult
 from affmon.actions.undo import UndoResult
-from affmon.commands.pinning import result_text, undo_text
 from affmon.core import fmt
 from affmon.core.advice import PinProposal
 from affmon.tui.palette import Palette

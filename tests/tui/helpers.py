@@ -18,8 +18,8 @@ from affmon.core.monitor import SourceInfo
 from affmon.core.rates import Snapshot
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
+from affmon.sources.stream import ReplaySource
 from affmon.tui.app import AffmonApp
-from affmon.tui.sources import ReplaySource
 from tests.recordings import RECORDINGS, load
 
 FIXED_CLOCK = 1_800_000_000.0

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from affmon.sources.stream import ReplaySource
 from affmon.tui.app import AffmonApp
 from affmon.tui.screens import PinScreen
-from affmon.tui.sources import ReplaySource
 from tests.recordings import RECORDINGS
 from tests.tui.helpers import FIXED_CLOCK, FakePinner, play
 

@@ -12,8 +12,8 @@ import json
 from textual.widgets import Static
 from textual.worker import WorkerFailed
 
+from affmon.sources.stream import ReplaySource
 from affmon.tui.app import AffmonApp
-from affmon.tui.sources import ReplaySource
 from tests.recordings import RECORDINGS
 from tests.tui.helpers import FIXED_CLOCK, FakePinner, step
 

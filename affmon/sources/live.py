@@ -1,4 +1,6 @@
-"""Sources shared by the commands: the topology, NVML, and a sampler over them."""
+"""The live machine as a source: its topology (or a recorded tree's, or an hwloc XML's),
+NVML, and a sampler over them, opened and closed together; ``--pid`` numbers resolved to
+processes."""
 
 from __future__ import annotations
 

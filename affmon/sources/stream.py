@@ -1,6 +1,6 @@
-"""Where the app's samples come from: this machine (``LiveSource``) or a recording
-(``ReplaySource``). Both are driven by the app's sampler worker, one call per tick, from
-one thread at a time; neither touches the UI.
+"""A stream of samples for a front end that loops: this machine (``LiveSource``) or a
+recording (``ReplaySource``). Both are driven by the caller, one call per tick, from one
+thread at a time; neither touches a UI.
 
 A source gives the topology and the header's facts (``info``), the next ``Sample``, how
 long to wait before the one after (``pace_s``), and the masks affmon itself pinned (for
@@ -15,7 +15,7 @@ import io
 import os
 import zlib
 from collections import deque
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Protocol
 
 from affmon.core.errors import AffmonError, ParseError, SourceError
@@ -49,13 +49,25 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+def _no_masks() -> ExpectedMasks:
+    return {}
+
+
 class LiveSource:
     """Every process on this machine (training ones watched, or ``pids`` and their
-    descendants), every thread of them, and NVML when there is one."""
+    descendants), every thread of them, and NVML when there is one. ``expected_masks``:
+    the pins in force (the caller hands in the journal's reader; none by default)."""
 
-    def __init__(self, pids: tuple[int, ...] = (), interval_s: float = 1.0, root: str = "/") -> None:
+    def __init__(
+        self,
+        pids: tuple[int, ...] = (),
+        interval_s: float = 1.0,
+        root: str = "/",
+        *,
+        expected_masks: Callable[[], ExpectedMasks] = _no_masks,
+    ) -> None:
         from affmon.collect.sampler import Selection
-        from affmon.commands.common import open_live_sources
+        from affmon.sources.live import open_live_sources
 
         self._sources = open_live_sources(Selection(pids=pids, others=True), root)
         self.topology = self._sources.topology
@@ -64,9 +76,7 @@ class LiveSource:
         self.info = SourceInfo(
             self._sources.host, self._sources.nvml_status, interval_s, "live", notice=self._sources.notice
         )
-        from affmon.actions.journal import PinnedMasks
-
-        self._pinned = PinnedMasks()
+        self._pinned = expected_masks
 
     def next_sample(self) -> Sample:
         return self.sampler.sample()

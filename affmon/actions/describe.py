@@ -1,0 +1,53 @@
+"""What a pin or an undo did, in plain lines: each thread touched (PID, TID, status, mask
+before -> after, and why), then what it comes to. Next to the actions they describe, so
+every front end (the commands, the monitor's dialogs) says it the same way. Messages may
+quote process names: they pass through ``term_safe``."""
+
+from __future__ import annotations
+
+from affmon.actions.pin import PinResult
+from affmon.actions.threads import ThreadResult
+from affmon.actions.undo import UndoResult
+from affmon.core.cpuset import format_cpulist
+from affmon.core.fmt import term_safe
+
+
+def thread_line(t: ThreadResult) -> str:
+    """One thread of a pin or undo: PID, TID, what happened, mask before -> after."""
+    before = "?" if t.before is None else format_cpulist(t.before)
+    after = "?" if t.after is None else format_cpulist(t.after)
+    note = f"  {term_safe(t.message)}" if t.message else ""
+    return f"  {t.pid:>8} {t.tid:>8} {t.status:<10} {before:>12} -> {after:<12}{note}"
+
+
+def result_text(result: PinResult) -> list[str]:
+    verb = "would set" if result.dry_run else "set"
+    counts: dict[str, int] = {}
+    for t in result.threads:
+        counts[t.status] = counts.get(t.status, 0) + 1
+    lines = [thread_line(t) for t in result.threads]
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    if result.ok:
+        lines.append(f"{verb} CPUs {format_cpulist(result.cpus)}: {summary}")
+        if result.journal_id:
+            lines.append(f"journaled as {result.journal_id}; `affmon undo` puts every mask back")
+    else:
+        if not result.changed:
+            state = "nothing was changed"
+        elif result.rolled_back:
+            state = "every thread it had changed was put back as it was"
+        else:
+            state = "some threads could not be put back (`affmon undo` retries)"
+        lines.append(f"pin failed ({summary or 'no thread changed'}); {state}")
+    if result.warning:
+        lines.append(f"warning: {result.warning}")
+    return lines
+
+
+def undo_text(result: UndoResult) -> list[str]:
+    """Every thread touched, then what was undone; on a failure too, so the user knows
+    exactly what was restored."""
+    lines = [thread_line(t) for t in result.threads]
+    if result.ok or result.entry_ids:
+        lines.append(f"undid {len(result.entry_ids)} pin(s): {', '.join(result.entry_ids) or 'none'}")
+    return lines

@@ -1,0 +1,78 @@
+"""One tick for every front end: a sample in, the interval it closes out (rates, findings
+debounced over the intervals so far, jobs). The monitor, the exporter and ``diagnose`` loop
+over ``advance``; what each shows of a tick is its own business. Pure.
+
+A sample that is not newer than the last one closes no interval (rates need time between
+two samples). Findings of a process that exited go with it: no front end shows a process's
+finding after the process is gone, and its debounce track is not kept growing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from affmon.core.findings import (
+    DEFAULT_THRESHOLDS,
+    Context,
+    ExpectedMasks,
+    Finding,
+    FindingTracker,
+    Job,
+    Thresholds,
+    evaluate,
+    find_jobs,
+)
+from affmon.core.rates import Snapshot, make_snapshot
+from affmon.core.samples import Sample
+from affmon.core.topology import Topology
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Where the loop stands after a sample. ``snapshot`` and ``jobs`` are those of the
+    interval the last sample closed (None and empty when it closed none); ``findings``
+    are the debounced findings in force, worst first."""
+
+    topology: Topology
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
+    last_sample: Sample | None = None
+    tracker: FindingTracker = field(default_factory=FindingTracker)
+    snapshot: Snapshot | None = None
+    jobs: tuple[Job, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    samples: int = 0  # samples taken in
+    intervals: int = 0  # intervals closed
+
+    @property
+    def closed(self) -> bool:
+        """Whether the last sample closed an interval (there is a snapshot of it)."""
+        return self.snapshot is not None
+
+
+def start(topology: Topology, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Tick:
+    return Tick(topology, thresholds, tracker=FindingTracker(thresholds))
+
+
+def advance(state: Tick, sample: Sample, expected_masks: ExpectedMasks | None = None) -> Tick:
+    """The state after one more sample."""
+    previous = state.last_sample
+    taken = replace(state, last_sample=sample, samples=state.samples + 1, snapshot=None, jobs=())
+    if previous is None or sample.monotonic_s <= previous.monotonic_s:
+        return taken
+    snapshot = make_snapshot(previous, sample, state.topology)
+    found = evaluate(snapshot, Context(state.topology, state.thresholds, expected_masks or {}))
+    tracker = _prune(state.tracker.update(found), {p.pid for p in sample.processes})
+    return replace(
+        taken,
+        tracker=tracker,
+        snapshot=snapshot,
+        jobs=tuple(find_jobs(snapshot)),
+        findings=tuple(tracker.active),
+        intervals=state.intervals + 1,
+    )
+
+
+def _prune(tracker: FindingTracker, live: set[int]) -> FindingTracker:
+    """Forget findings of processes that exited (a machine-wide finding has no PID)."""
+    tracks = {key: track for key, track in tracker.tracks.items() if key[1] is None or key[1] in live}
+    return tracker if len(tracks) == len(tracker.tracks) else FindingTracker(tracker.thresholds, tracks)

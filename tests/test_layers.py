@@ -1,0 +1,105 @@
+"""The layering, as a contract the suite checks on every import statement in affmon
+(module level and inside functions), lowest layer first:
+
+1. ``affmon.core``: value types, arithmetic, rules, the one tick. Imports nothing else of
+   affmon (and no textual, psutil, pynvml or plotext: ``test_core_purity``).
+2. ``affmon.collect`` and ``affmon.nvml``: what reads the system; import only the core.
+3. ``affmon.actions``: the only code that changes the system; the core and the readers.
+4. ``affmon.sources``: where samples come from and go; the layers below.
+5. The front ends, ``affmon.tui`` (the monitor), ``affmon.export`` (the exporter) and
+   ``affmon.commands`` (the command line): the layers below, never one another. The two
+   commands that start a front end, ``affmon.commands.tui`` and ``affmon.commands.export``,
+   may import theirs.
+6. ``affmon.cli`` and ``affmon.__main__``: the entry points.
+
+A front end gets the pins in force handed in (the journal's reader): a source never reads
+the journal itself.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "affmon"
+
+LAYERS: list[tuple[str, set[str]]] = [
+    ("affmon.core", {"affmon.core"}),
+    ("affmon.collect", {"affmon.core", "affmon.collect"}),
+    ("affmon.nvml", {"affmon.core", "affmon.nvml"}),
+    ("affmon.actions", {"affmon.core", "affmon.collect", "affmon.actions"}),
+    ("affmon.sources", {"affmon.core", "affmon.collect", "affmon.nvml", "affmon.sources"}),
+]
+BELOW_FRONT_ENDS = {"affmon.core", "affmon.collect", "affmon.nvml", "affmon.actions", "affmon.sources"}
+FRONT_ENDS = {"affmon.tui", "affmon.export", "affmon.commands"}
+LAUNCHERS = {"affmon.commands.tui": "affmon.tui", "affmon.commands.export": "affmon.export"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every affmon module ``path`` imports, wherever the import statement stands."""
+    found = set()
+    package = module_name(path).rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+            found.add(base)
+    return {name for name in found if name == "affmon" or name.startswith("affmon.")}
+
+
+def layer_of(name: str) -> str:
+    for prefix in ("affmon.core", "affmon.collect", "affmon.nvml", "affmon.actions", "affmon.sources", *FRONT_ENDS):
+        if name == prefix or name.startswith(prefix + "."):
+            return prefix
+    return name
+
+
+def allowed(module: str, target: str) -> bool:
+    target_layer = layer_of(target)
+    if target == "affmon" or target in ("affmon.__version__",):
+        return True
+    for layer, may in LAYERS:
+        if module == layer or module.startswith(layer + "."):
+            return target_layer in may
+    for launcher, front in LAUNCHERS.items():
+        if module == launcher and target_layer == front:
+            return True
+    for front in FRONT_ENDS:
+        if module == front or module.startswith(front + "."):
+            return target_layer in BELOW_FRONT_ENDS or target_layer == front
+    return True  # the entry points
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_every_import_keeps_to_the_layers(path: Path) -> None:
+    module = module_name(path)
+    wrong = sorted(target for target in imports(path) if not allowed(module, target))
+    assert wrong == [], f"{module} imports {wrong}"
+
+
+def test_the_contract_can_fail() -> None:
+    """The checker itself: a core module importing a reader, and the monitor importing the
+    command line, are refused; the launchers' imports are not."""
+    assert not allowed("affmon.core.findings", "affmon.collect.procfs")
+    assert not allowed("affmon.tui.screens", "affmon.commands.pinning")
+    assert not allowed("affmon.export.state", "affmon.tui.app")
+    assert not allowed("affmon.sources.stream", "affmon.actions.journal")
+    assert allowed("affmon.commands.tui", "affmon.tui.app")
+    assert allowed("affmon.tui.pinner", "affmon.actions.pin")
+    assert sum(1 for p in MODULES if imports(p)) > 50  # the parser sees the imports there are
