@@ -6,10 +6,11 @@ import gzip
 from functools import cache
 from pathlib import Path
 
-from affmon.core.monitor import Monitor, SourceInfo
 from affmon.core.recording import Header, read_recording
 from affmon.core.samples import Sample
-from affmon.core.views import View
+from affmon.sources.stream import SourceInfo
+from affmon.tui.model.monitor import Monitor
+from affmon.tui.model.views import View
 
 RECORDINGS = Path(__file__).parent / "fixtures" / "recordings"
 

@@ -9,9 +9,9 @@ import pytest
 
 from affmon.core.advice import propose_pin
 from affmon.core.findings import Severity
-from affmon.core.monitor import Monitor
 from affmon.core.samples import PcieLink
-from affmon.core.views import thread_rows
+from affmon.tui.model.monitor import Monitor
+from affmon.tui.model.views import thread_rows
 from tests.recordings import last_view, load, monitor, views
 
 
@@ -194,7 +194,7 @@ def test_pin_proposal_with_hogs_names_what_isolate_would_move():
 
 
 def test_core_map_legend_marks_gpu_local_only_where_a_cpu_is():
-    from affmon.core.views import CoreCell, CoreGroup
+    from affmon.tui.model.views import CoreCell, CoreGroup
     from affmon.tui.palette import Palette
     from affmon.tui.widgets.cores import core_map_text
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from affmon.core import fmt
-from affmon.core.table import SORTS, TableOptions, matches, next_sort, table_rows
+from affmon.tui.model.table import SORTS, TableOptions, matches, next_sort, table_rows
 from tests.recordings import last_view
 
 

@@ -30,17 +30,18 @@ from affmon.actions.pin import PinResult
 from affmon.actions.threads import ThreadResult
 from affmon.actions.undo import UndoResult
 from affmon.commands.diagnose import diagnose, findings_text
+from affmon.commands.report import snapshot_text, topology_text
 from affmon.core import fmt
 from affmon.core.advice import propose_pin
 from affmon.core.findings import Finding
-from affmon.core.monitor import Monitor, SourceInfo
 from affmon.core.planner import plan_machine
 from affmon.core.rates import Snapshot, make_snapshot
-from affmon.core.report import snapshot_text, topology_text
 from affmon.core.samples import Sample
-from affmon.core.table import TableOptions, table_rows
 from affmon.core.topology import Topology
-from affmon.core.views import View, thread_rows
+from affmon.sources.stream import SourceInfo
+from affmon.tui.model.monitor import Monitor
+from affmon.tui.model.table import TableOptions, table_rows
+from affmon.tui.model.views import View, thread_rows
 from affmon.tui.palette import Palette
 from affmon.tui.screens import pin_result_text, proposal_text, undo_result_text
 from affmon.tui.widgets.cores import core_map_text

@@ -8,10 +8,10 @@ import sys
 import time
 
 from affmon.collect.sampler import Selection
+from affmon.commands.report import snapshot_json, snapshot_text, topology_text
 from affmon.core.fmt import term_safe
 from affmon.core.rates import make_snapshot
 from affmon.core.recording import header_line, private_sample, sample_line
-from affmon.core.report import snapshot_json, snapshot_text, topology_text
 from affmon.sources.live import live_sources, load_topology
 from affmon.sources.record import open_output
 

@@ -16,15 +16,27 @@ import os
 import zlib
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from affmon.core.errors import AffmonError, ParseError, SourceError
 from affmon.core.findings import ExpectedMasks
 from affmon.core.lines import split_lines
-from affmon.core.monitor import SourceInfo
 from affmon.core.recording import Header, check_replay_order, parse_sample_line, read_recording
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What the header says about where the samples come from."""
+
+    host: str
+    nvml_status: str | None
+    interval_s: float
+    source: str = "live"
+    total_samples: int | None = None  # a replay's length
+    notice: str | None = None  # e.g. /proc hides other users' processes (hidepid)
 
 
 class Source(Protocol):

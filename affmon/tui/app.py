@@ -30,10 +30,10 @@ from textual.worker import Worker, WorkerState
 
 from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
-from affmon.core.monitor import HISTORY_LEN, Monitor
-from affmon.core.table import SORTS, TableOptions, next_sort, process_key, table_rows
-from affmon.core.views import ProcessRow, View, thread_rows
 from affmon.sources.stream import Source
+from affmon.tui.model.monitor import HISTORY_LEN, Monitor
+from affmon.tui.model.table import SORTS, TableOptions, next_sort, process_key, table_rows
+from affmon.tui.model.views import ProcessRow, View, thread_rows
 from affmon.tui.palette import Palette, palette
 from affmon.tui.pinner import Pinner
 from affmon.tui.screens import HelpScreen, PinScreen, UndoScreen

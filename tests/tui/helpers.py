@@ -14,11 +14,10 @@ from affmon.actions.undo import UndoResult
 from affmon.core.advice import PinProposal, propose_pin
 from affmon.core.cpuset import CpuSet
 from affmon.core.findings import ExpectedMasks
-from affmon.core.monitor import SourceInfo
 from affmon.core.rates import Snapshot
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
-from affmon.sources.stream import ReplaySource
+from affmon.sources.stream import ReplaySource, SourceInfo
 from affmon.tui.app import AffmonApp
 from tests.recordings import RECORDINGS, load
 

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from affmon.core import fmt
 from affmon.core.cpuset import CpuSet
-from affmon.core.views import CoreCell, CoreGroup, ProcessRow
+from affmon.tui.model.views import CoreCell, CoreGroup, ProcessRow
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.quiet import QuietStatic
 

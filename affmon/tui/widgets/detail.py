@@ -17,7 +17,7 @@ from textual_plotext import PlotextPlot
 
 from affmon.core import fmt
 from affmon.core.findings import Finding
-from affmon.core.views import ProcessHistory, ProcessRow, ThreadRow
+from affmon.tui.model.views import ProcessHistory, ProcessRow, ThreadRow
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.processes import wait_style
 from affmon.tui.widgets.quiet import QuietStatic

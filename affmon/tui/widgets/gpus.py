@@ -9,7 +9,7 @@ from rich.text import Text
 from textual_plotext import PlotextPlot
 
 from affmon.core import fmt
-from affmon.core.views import GpuHistory, GpuRow
+from affmon.tui.model.views import GpuHistory, GpuRow
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.quiet import QuietStatic
 

@@ -10,7 +10,7 @@ import time
 from rich.text import Text
 
 from affmon.core.fmt import term_safe
-from affmon.core.views import HeaderView
+from affmon.tui.model.views import HeaderView
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.quiet import QuietStatic
 

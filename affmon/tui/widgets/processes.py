@@ -16,8 +16,8 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import RowDoesNotExist
 
 from affmon.core import fmt
-from affmon.core.table import TableRow
-from affmon.core.views import ProcessRow, ThreadRow
+from affmon.tui.model.table import TableRow
+from affmon.tui.model.views import ProcessRow, ThreadRow
 from affmon.tui.palette import Palette
 
 # (key, label, width); numbers are right-aligned by the cell text.

@@ -10,14 +10,14 @@ sampler worker; what it hands out is frozen, so the UI thread shares nothing mut
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from types import MappingProxyType
 
 from affmon.core.findings import DEFAULT_THRESHOLDS, ExpectedMasks, FindingTracker, Thresholds
 from affmon.core.samples import Sample
 from affmon.core.tick import Tick, advance, start
 from affmon.core.topology import Topology
-from affmon.core.views import (
+from affmon.sources.stream import SourceInfo
+from affmon.tui.model.views import (
     GpuHistory,
     HeaderView,
     ProcessHistory,
@@ -44,18 +44,6 @@ class _Ring:
 
     def series(self, now: float) -> Series:
         return Series(tuple(round(t - now, 3) for t in self.t), tuple(self.v))
-
-
-@dataclass(frozen=True)
-class SourceInfo:
-    """What the header says about where the samples come from."""
-
-    host: str
-    nvml_status: str | None
-    interval_s: float
-    source: str = "live"
-    total_samples: int | None = None  # a replay's length
-    notice: str | None = None  # e.g. /proc hides other users' processes (hidepid)
 
 
 class Monitor:

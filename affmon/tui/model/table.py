@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from affmon.core.fmt import short_code
-from affmon.core.views import ProcessRow, ThreadRow, View, thread_rows
+from affmon.tui.model.views import ProcessRow, ThreadRow, View, thread_rows
 
 # Sort keys in the order `s` cycles through them, with what the status line says.
 SORTS = {
