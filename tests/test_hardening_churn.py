@@ -24,11 +24,11 @@ from pathlib import Path
 
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.sysfs_topology import read_topology
+from affmon.commands.report import snapshot_json
 from affmon.core.advice import attach_suggestions
 from affmon.core.findings import Context, FindingTracker, evaluate
 from affmon.core.rates import make_snapshot
 from affmon.core.recording import read_recording
-from affmon.core.report import snapshot_json
 from affmon.nvml import NvmlGateway
 from tests.fake_pynvml import FakeGpu, FakeNvml
 from tests.live import workload
