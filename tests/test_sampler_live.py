@@ -48,7 +48,9 @@ def test_three_busy_threads_on_one_cpu_wait_for_it():
             # three runnable threads share one CPU: each waits about two thirds of the time
             assert t.wait_ratio is not None and t.wait_ratio > 0.4, t
         assert p.wait_ratio is not None and p.wait_ratio > 0.4
-        assert p.cpu_percent is not None and 50 < p.cpu_percent <= 110  # one CPU, shared
+        # One CPU, shared: at most one CPU's worth, whatever else runs on it (a shared CI
+        # machine may leave the three much less than a whole CPU).
+        assert p.cpu_percent is not None and 0 < p.cpu_percent <= 110
         assert p.ran_on_cpus == frozenset({cpu})
         assert p.ran_on_numa_nodes == TOPOLOGY.nodes_of({cpu})
         # psr agrees with procps for every thread (they are all pinned, so it is stable)
@@ -153,3 +155,30 @@ def test_an_unwatched_process_still_says_whose_it_is():
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_process_not_watched_costs_one_file_a_thread_and_still_shows_where_it_ran():
+    """Others are evidence only (CPU taken, where, mask): ``stat`` and the mask, never
+    ``schedstat`` or ``sched``; their wait and switches are unknown, not made up."""
+    cpu = usable_cpus()[0]
+    with workload("--sleepers", "1") as watched, workload("--cpus", str(cpu), "--busy", "2") as other:
+        sampler = Sampler("/", Selection(pids=(watched["pid"],), others=True))
+        read: list[tuple[int, str]] = []
+        real = sampler.proc.read_task
+
+        def counted(pid: int, tid: int, name: str) -> bytes | None:
+            read.append((pid, name))
+            return real(pid, tid, name)
+
+        sampler.proc.read_task = counted  # type: ignore[method-assign]
+        first = sampler.sample()
+        time.sleep(0.5)
+        snap = make_snapshot(first, sampler.sample(), TOPOLOGY)
+        assert {name for pid, name in read if pid == other["pid"]} == {"stat"}
+        assert {"schedstat", "stat"} <= {name for pid, name in read if pid == watched["pid"]}
+        p = snap.process(other["pid"])
+        assert p is not None and not p.sample.watched
+        busy = [t for t in p.threads if t.sample.tid in other["busy"]]
+        assert len(busy) == 2 and all(t.sample.psr == cpu and t.sample.allowed_cpus == {cpu} for t in busy)
+        assert all(t.cpu_percent is not None and t.cpu_percent > 0 for t in busy)  # the kernel's ticks
+        assert all(t.sample.wait_ns is None and t.sample.migrations is None for t in busy)

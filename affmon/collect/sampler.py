@@ -6,11 +6,14 @@ time, so a reused PID never inherits another process's data.
 
 Cost, cheapest first: a process whose CPU time did not move by a clock tick since the
 last sample has only its threads' masks read (``sched_getaffinity``, one system call each),
-and a full read at least every ``QUIET_REREAD_EVERY`` samples. Otherwise, per thread,
-``schedstat`` and the mask; ``stat`` only when the thread was not asleep at the last
-tick or has been scheduled since; ``sched`` (switches, migrations) only for threads whose
-``schedstat`` moved (a thread that was not scheduled cannot have switched), the previous
-counters carried for the others. ``status`` is read once per watched process.
+and a full read at least every ``QUIET_REREAD_EVERY`` samples. A thread of a process that
+is not watched (sampled only as evidence of what else runs on the watched processes'
+CPUs) has its ``stat`` and mask read, nothing else: CPU time by the clock tick, where it
+ran, its mask; its wait, switches and migrations are unknown. A watched thread: its
+``schedstat`` and the mask; ``stat`` only when it was not asleep at the last tick or has
+been scheduled since; ``sched`` (switches, migrations) only when its ``schedstat`` moved
+(a thread that was not scheduled cannot have switched), the previous counters carried
+otherwise. ``status`` is read once per watched process.
 """
 
 from __future__ import annotations
@@ -238,8 +241,10 @@ class Sampler:
             try:
                 if quiet and before is not None:
                     thread: _ThreadMemo | None = self._quiet_thread(pid, tid, before)
-                else:
+                elif watched:
                     thread = self._read_thread(pid, tid, before)
+                else:
+                    thread = self._read_other_thread(pid, tid, before)
             except ParseError:
                 thread = None
             if thread is not None:
@@ -279,6 +284,43 @@ class Sampler:
         if affinity == prev.sample.allowed_cpus:
             return prev
         return _ThreadMemo(prev.schedstat_raw, replace(prev.sample, allowed_cpus=affinity))
+
+    def _read_other_thread(self, pid: int, tid: int, prev: _ThreadMemo | None) -> _ThreadMemo | None:
+        """A thread of a process that is not watched, only "what else runs where": where it
+        ran, how much CPU it took and its mask are all the rules ask of it, so ``stat``
+        (CPU time by the clock tick) and the mask, never ``schedstat`` or ``sched``. Its
+        wait, switches and migrations are unknown."""
+        stat = self.proc.stat(pid, tid)
+        if stat is None:
+            return None
+        affinity = _or_none(self.proc.affinity, pid, tid)
+        cpu_ns = (stat.utime_ticks + stat.stime_ticks) * 1_000_000_000 // CLOCK_TICKS_PER_S
+        if (
+            prev is not None
+            and prev.sample.start_ticks == stat.start_ticks
+            and prev.sample.cpu_ns == cpu_ns
+            and prev.sample.psr == stat.processor
+            and prev.sample.state == stat.state
+            and prev.sample.allowed_cpus == affinity
+            and prev.sample.wait_ns is None
+        ):
+            return prev  # nothing the rules read has changed: the frozen sample is reused
+        sample = ThreadSample(
+            tid=tid,
+            start_ticks=stat.start_ticks,
+            name=stat.comm,
+            state=stat.state,
+            psr=stat.processor,
+            flags=stat.flags,
+            cpu_ns=cpu_ns,
+            wait_ns=None,
+            timeslices=None,
+            voluntary_switches=None,
+            involuntary_switches=None,
+            migrations=None,
+            allowed_cpus=affinity,
+        )
+        return _ThreadMemo(None, sample)
 
     def _read_thread(self, pid: int, tid: int, prev: _ThreadMemo | None) -> _ThreadMemo | None:
         """The thread's sample, or None when it is gone (or its ``stat``, which says who it
