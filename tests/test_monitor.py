@@ -223,3 +223,32 @@ def test_pin_proposal_sets_apart_what_isolate_must_leave_alone():
     assert as_other is not None and as_other.move_off == () and as_other.isolate_candidates == ()
     assert [o.pid for o, _ in as_other.left_alone] == [o.pid for o in plain.move_off]
     assert {why for _, why in as_other.left_alone} == {"another user's process (root); --isolate-all moves it"}
+
+
+def test_the_header_says_when_a_live_monitor_falls_behind_its_interval():
+    """Asked for every 1 s, a monitor whose samples come 1.5 s apart (a loaded machine, or
+    more threads than a second can read) says so instead of claiming "every 1 s"; on time,
+    or in a replay, it does not."""
+    import dataclasses
+
+    from affmon.sources.stream import SourceInfo
+    from affmon.tui.model.monitor import LAG_WINDOW, Monitor
+    from affmon.tui.widgets.header import header_segments
+
+    header, samples = load("clean")
+    base = samples[0]
+
+    def header_after(gap_s: float, source: str = "live"):
+        m = Monitor(header.topology, SourceInfo("h", None, 1.0, source))
+        view = None
+        for k in range(LAG_WINDOW + 2):
+            view = m.feed(dataclasses.replace(base, monotonic_s=base.monotonic_s + k * gap_s))
+        assert view is not None
+        return view.header
+
+    late = header_after(1.5)
+    assert late.lagging_interval_s == pytest.approx(1.5)
+    texts = [text for _, text, _ in header_segments(late, paused=False, clock_text="00:00:00")]
+    assert "every 1.5 s, not 1 s: falling behind" in texts and "every 1 s" not in texts
+    assert header_after(1.05).lagging_interval_s is None  # within a fifth: on time
+    assert header_after(1.5, source="replay x").lagging_interval_s is None

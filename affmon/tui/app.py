@@ -30,7 +30,7 @@ from textual.worker import Worker, WorkerState
 
 from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
-from affmon.sources.stream import Source
+from affmon.sources.stream import LiveSource, Source
 from affmon.tui.model.monitor import HISTORY_LEN, Monitor
 from affmon.tui.model.table import SORTS, TableOptions, next_sort, process_key, table_rows
 from affmon.tui.model.views import ProcessRow, View, thread_rows
@@ -43,6 +43,8 @@ from affmon.tui.widgets.gpus import GpuPanel, GpuPlot
 from affmon.tui.widgets.header import HeaderBar
 from affmon.tui.widgets.processes import ProcessTable
 from affmon.tui.widgets.quiet import QuietStatic
+
+FIRST_INTERVAL_S = 0.5  # live: the first view covers this interval, then --interval
 
 
 class ViewReady(Message):
@@ -152,8 +154,10 @@ class AffmonApp(App[None]):
 
     @work(thread=True, exclusive=True, group="sampler", exit_on_error=False)
     def _sample(self) -> None:
-        # A replay's first tick takes two samples: a view needs an interval.
-        for _ in range(2):
+        # A replay's first tick takes two samples: a view needs an interval. Live, two
+        # samples taken back to back would give rates over a tenth of a second: the first
+        # view waits for the next tick, FIRST_INTERVAL_S later.
+        for _ in range(1 if isinstance(self.source, LiveSource) else 2):
             sample = self.source.next_sample()
             if sample is None:
                 return
@@ -182,6 +186,8 @@ class AffmonApp(App[None]):
         if not self.autostart or self.paused or self.source.exhausted:
             return
         pace = self.interval if self.interval is not None else self.source.pace_s()
+        if self.view is None and isinstance(self.source, LiveSource):
+            pace = min(pace, FIRST_INTERVAL_S)  # the first view sooner, over a real interval
         self._timer = self.set_timer(max(pace, 0.01), self.tick)  # Textual's timers need a period
 
     @on(ViewReady)

@@ -346,3 +346,28 @@ def test_a_terminal_without_colour(monkeypatch):
             assert "NARROW" in " ".join(str(c) for c in table(app).get_row_at(0))
 
     run(go())
+
+
+def test_live_the_first_view_covers_a_real_interval():
+    """Two samples back to back gave the first view rates over a tenth of a second; live,
+    the first view now closes an interval of FIRST_INTERVAL_S (then --interval)."""
+    from affmon.sources.stream import LiveSource
+    from affmon.tui.app import FIRST_INTERVAL_S
+    from tests.live import workload
+
+    async def go(pid: int):
+        source = LiveSource((pid,), interval_s=5.0)
+        try:
+            app = AffmonApp(source, FakePinner())
+            async with app.run_test(size=SIZE) as pilot:
+                deadline = time.monotonic() + 30
+                while app.view is None and time.monotonic() < deadline:
+                    await pilot.pause(0.05)
+                assert app.view is not None
+                assert app.view.snapshot.interval_s >= FIRST_INTERVAL_S * 0.9
+                assert app.view.snapshot.interval_s < 5.0  # not a whole --interval either
+        finally:
+            source.close()
+
+    with workload("--sleepers", "1") as w:
+        run(go(w["pid"]))

@@ -28,6 +28,8 @@ from affmon.tui.model.views import (
     process_rows,
 )
 
+LAG_WINDOW = 10  # views over which the interval really kept is measured
+LAG_TOLERANCE = 1.2
 HISTORY_LEN = 300  # ticks: five minutes at the default 1 s interval
 
 
@@ -62,6 +64,7 @@ class Monitor:
         self.state: Tick = start(topology, thresholds)
         self._gpu: dict[int, tuple[_Ring, _Ring, _Ring]] = {}
         self._proc: dict[tuple[int, int], tuple[_Ring, _Ring]] = {}
+        self._intervals: deque[float] = deque(maxlen=LAG_WINDOW)
 
     def feed(
         self, sample: Sample, expected_masks: ExpectedMasks | None = None, *, finished: bool = False
@@ -74,6 +77,7 @@ class Monitor:
             return None
         findings = self.state.findings
         jobs = list(self.state.jobs)
+        self._intervals.append(snapshot.interval_s)
         now = sample.monotonic_s
         gpus = tuple(gpu_row(g) for g in snapshot.gpus)
         for g in gpus:
@@ -148,4 +152,14 @@ class Monitor:
             watched=watched,
             sample_cost_s=sample.duration_s,
             notice=info.notice,
+            lagging_interval_s=self._lagging(),
         )
+
+    def _lagging(self) -> float | None:
+        """The interval the monitor really keeps, when a live one falls behind the one asked
+        for by more than a fifth over the last ``LAG_WINDOW`` views (a loaded machine, or
+        more threads than one interval can read): the header must not claim "every 1 s"."""
+        if self.info.source != "live" or len(self._intervals) < LAG_WINDOW // 2:
+            return None
+        kept = sum(self._intervals) / len(self._intervals)
+        return kept if kept > self.info.interval_s * LAG_TOLERANCE else None

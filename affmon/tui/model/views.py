@@ -46,6 +46,7 @@ class HeaderView:
     watched: int  # processes watched (training, --pid, or all)
     sample_cost_s: float  # what the last sample cost to read
     notice: str | None = None  # what the views cannot see (hidepid), shown in the header
+    lagging_interval_s: float | None = None  # the interval really kept, when well behind the one asked
 
 
 @dataclass(frozen=True, slots=True)

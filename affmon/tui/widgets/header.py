@@ -35,7 +35,10 @@ def header_segments(h: HeaderView, *, paused: bool, clock_text: str) -> list[tup
             "",
         )
     )
-    segments.append((5, f"every {h.interval_s:g} s", "muted"))
+    if h.lagging_interval_s is not None:
+        segments.append((9, f"every {h.lagging_interval_s:.1f} s, not {h.interval_s:g} s: falling behind", "warning"))
+    else:
+        segments.append((5, f"every {h.interval_s:g} s", "muted"))
     if nvml_ok(h.nvml_status):
         segments.append((2, term_safe(str(h.nvml_status)), "muted"))
     else:
