@@ -83,8 +83,16 @@ def _render(app: WSGIApplication, environ: WSGIEnvironment, state: ExportState) 
 class Renderer:
     """The WSGI app. ``latest`` returns the state to serve."""
 
-    def __init__(self, latest: Callable[[], ExportState], *, threads: bool = False, shapes: int = 4) -> None:
+    def __init__(
+        self,
+        latest: Callable[[], ExportState],
+        *,
+        threads: bool = False,
+        shapes: int = 4,
+        on_request: Callable[[], None] | None = None,
+    ) -> None:
         self._latest = latest
+        self._on_request = on_request  # told of every request (the sampler paces itself by them)
         self._threads = threads
         self._shapes = shapes
         self._render_lock = threading.Lock()  # held for a whole render
@@ -149,6 +157,8 @@ class Renderer:
             return list(self._cache.values())
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if self._on_request is not None:
+            self._on_request()
         made = self.rendering(environ)
         start_response(made.status, made.headers)
         wrapper = environ.get("wsgi.file_wrapper")

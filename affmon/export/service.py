@@ -24,6 +24,7 @@ from affmon.core.fmt import term_safe
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
 from affmon.export.collector import StateCollector
+from affmon.export.pace import Pace
 from affmon.export.render import Renderer
 from affmon.export.server import CONNECTION_LIMIT, HELD_BYTES_LIMIT, IDLE_TIMEOUT_S, MetricsServer, format_address
 from affmon.export.state import ExportState, failed, step
@@ -61,13 +62,16 @@ class Exporter:
         # the HTTP server renders through ``renderer``, once per state and request shape.
         self.registry = CollectorRegistry()
         self.registry.register(StateCollector(lambda: self._state, threads=threads))
-        self.renderer = Renderer(lambda: self._state, threads=threads)
+        self.pace = Pace(interval_s)
+        self._pace_lock = threading.Lock()
+        self.renderer = Renderer(lambda: self._state, threads=threads, on_request=self._scraped)
         self._limits = {
             "connection_limit": connection_limit,
             "idle_timeout_s": idle_timeout_s,
             "held_bytes_limit": held_bytes_limit,
         }
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by a scrape, and by stop()
         self._sampler: threading.Thread | None = None
         self.server: MetricsServer | None = None
         self._last_error: str | None = None
@@ -92,12 +96,26 @@ class Exporter:
         self._state = state
         self._last_error = None
 
+    def _scraped(self) -> None:
+        with self._pace_lock:
+            self.pace.scraped(time.monotonic())
+        self._wake.set()  # the sampler looks at its pace again (a first scrape after a long idle)
+
     def _run(self) -> None:
-        next_at = time.monotonic()
+        """Sample at the pace scrapes come (``affmon.export.pace``), from ``--interval`` up
+        to a bounded background interval; a tick that overran is followed at once."""
+        last = time.monotonic()
+        self.tick()
         while not self._stop.is_set():
+            with self._pace_lock:
+                wait = self.pace.next_interval(time.monotonic())
+            remaining = last + wait - time.monotonic()
+            if remaining > 0:
+                self._wake.clear()
+                self._wake.wait(min(remaining, self.interval_s))  # re-read the pace at least each --interval
+                continue
+            last = time.monotonic()
             self.tick()
-            next_at = max(next_at + self.interval_s, time.monotonic())
-            self._stop.wait(next_at - time.monotonic())
 
     def listen(self, host: str, port: int) -> tuple[str, int]:
         """Bind and serve; the address really bound (port 0 picks a free one). A bind
@@ -112,6 +130,7 @@ class Exporter:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
+        self._wake.set()
         if self.server is not None:
             self.server.stop(timeout_s)
             self.server = None
