@@ -286,17 +286,34 @@ def rule_mask_too_narrow(job: Job, snap: Snapshot, ctx: Context) -> list[Finding
     return findings
 
 
-def _others_on(cpus: CpuSet, job: Job, snap: Snapshot, t: Thresholds) -> list[dict[str, Any]]:
+class BusyThreads:
+    """Every process's busy threads in one interval, gathered on first use with one pass
+    over all threads: the rules then ask who else ran where without a pass per starved job
+    (a node of eight starved ranks beside thousands of other threads)."""
+
+    def __init__(self, snap: Snapshot, t: Thresholds) -> None:
+        self._snap = snap
+        self._t = t
+        self._by_process: list[tuple[ProcessRates, list[ThreadRates]]] | None = None
+
+    def by_process(self) -> list[tuple[ProcessRates, list[ThreadRates]]]:
+        if self._by_process is None:
+            floor = self._t.other_busy_percent
+            self._by_process = []
+            for p in self._snap.processes:
+                busy = [th for th in p.threads if th.cpu_percent is not None and th.cpu_percent >= floor]
+                if busy:
+                    self._by_process.append((p, busy))
+        return self._by_process
+
+
+def _others_on(cpus: CpuSet, job: Job, busy: BusyThreads) -> list[dict[str, Any]]:
     """Other processes whose busy threads ran on ``cpus`` in the interval."""
     found = []
-    for p in snap.processes:
+    for p, threads in busy.by_process():
         if p.sample.pid in job.pids:
             continue
-        on = [
-            th
-            for th in p.threads
-            if th.sample.psr in cpus and th.cpu_percent is not None and th.cpu_percent >= t.other_busy_percent
-        ]
+        on = [th for th in threads if th.sample.psr in cpus]
         if on:
             found.append(
                 {
@@ -321,14 +338,16 @@ def _pinned(p: ProcessRates, topology: Topology) -> CpuSet | None:
     return mask if mask and mask < allowed else None
 
 
-def rule_contended(job: Job, snap: Snapshot, ctx: Context, jobs: Sequence[Job]) -> list[Finding]:
+def rule_contended(
+    job: Job, snap: Snapshot, ctx: Context, jobs: Sequence[Job], everyone: BusyThreads | None = None
+) -> list[Finding]:
     t = ctx.thresholds
     findings = []
     busy = busy_threads(job, snap.interval_s, t)
     ratio = wait_ratio(th for _, th in busy)
     ran_on = frozenset(th.sample.psr for _, th in busy if th.sample.psr is not None and th.ran)
     if ratio is not None and ratio >= t.starved_warn and ran_on:
-        others = _others_on(ran_on, job, snap, t)
+        others = _others_on(ran_on, job, everyone or BusyThreads(snap, t))
         if others:
             names = ", ".join(f"{o['pid']} ({term_safe(o['name'])})" for o in others[:5])
             more = f" and {len(others) - 5} more" if len(others) > 5 else ""
@@ -548,10 +567,11 @@ def evaluate(snapshot: Snapshot, ctx: Context) -> list[Finding]:
     """Every rule on one interval, before debouncing."""
     jobs = find_jobs(snapshot)
     findings: list[Finding] = []
+    everyone = BusyThreads(snapshot, ctx.thresholds)
     for job in jobs:
         findings += rule_starved(job, snapshot, ctx)
         findings += rule_mask_too_narrow(job, snapshot, ctx)
-        findings += rule_contended(job, snapshot, ctx, jobs)
+        findings += rule_contended(job, snapshot, ctx, jobs, everyone)
         findings += rule_cross_numa(job, snapshot, ctx)
         findings += rule_gpu_starved(job, snapshot, ctx)
         findings += rule_affinity_drift(job, ctx)
