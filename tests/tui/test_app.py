@@ -371,3 +371,39 @@ def test_live_the_first_view_covers_a_real_interval():
 
     with workload("--sleepers", "1") as w:
         run(go(w["pid"]))
+
+
+def test_the_thread_table_re_sorts_in_place():
+    """Threads re-sort by CPU% every tick: the table rewrites the cells that moved instead
+    of clearing and re-adding every row (which re-laid out the whole screen)."""
+    from textual.app import App
+
+    from affmon.tui.model.views import ThreadRow
+    from affmon.tui.palette import palette
+    from affmon.tui.widgets.detail import ThreadTable
+
+    def row(tid: int, cpu: float) -> ThreadRow:
+        return ThreadRow(1, tid, f"t{tid}", "R", 0, frozenset({0}), cpu, 0.1, 1.0, 0.0)
+
+    class One(App[None]):
+        def compose(self):
+            yield ThreadTable(id="t")
+
+    async def go():
+        app = One()
+        async with app.run_test() as pilot:
+            t = app.query_one(ThreadTable)
+            p = palette(app)
+            t.show([row(10, 90.0), row(11, 5.0), row(12, 1.0)], p)
+            await pilot.pause()
+            cleared = []
+            t.clear = lambda *a, **k: cleared.append(1)  # type: ignore[method-assign]
+            t.show([row(11, 80.0), row(10, 20.0)], p)  # re-sorted, one thread gone
+            await pilot.pause()
+            assert cleared == [] and t.row_count == 2
+            assert [str(t.get_row_at(i)[0]) for i in range(2)] == ["11", "10"]
+            t.show([row(11, 80.0), row(10, 20.0), row(13, 3.0)], p)  # one born
+            await pilot.pause()
+            assert [str(t.get_row_at(i)[0]) for i in range(3)] == ["11", "10", "13"]
+
+    run(go())
