@@ -1,32 +1,47 @@
-"""Per-thread cost of one affmon sample next to ``ps -eLo pid,tid,psr,stat``, same run.
+"""What one affmon sample costs next to ``ps -eLo pid,tid,psr,stat,comm``, on threads that wake, same run.
 
-Builds a population of python processes with many threads (default 10 x 201 + 4 busy
-= 2,014 threads), then times, alternately:
+Starts the waking population of bench/waking.py (2,000 threads in 10 processes by default,
+each thread waking every 0.5 s for a few tens of microseconds, plus a training-like python
+process of 12 threads, 3 of them busy-ish), then times, in rounds that alternate the two:
 
-* affmon: ``Sampler.sample()`` over the population (steady state: the first sample,
-  which reads every thread's ``sched`` file, is reported on its own line);
-* ps: ``ps -eLo pid,tid,psr,stat`` (procps reads every task's stat and status).
+* affmon: ``Sampler("/", Selection(others=True)).sample()``, the monitor's selection (python
+  and training processes watched, every other process sampled as others), one sample every
+  ``--interval`` seconds as the monitor takes them; the first sample of a run (which reads
+  every thread's ``sched`` file) is reported on its own line;
+* ps: ``ps -eLo pid,tid,psr,stat,comm`` (procps reads every task's stat and status), half way
+  between two affmon samples.
 
-Both are reported as wall time and CPU time (user + system) per thread, and as the ratio
-affmon / ps. Run: ``python bench/sample_cost.py [--processes 10] [--threads 200] [--rounds 15]``.
+CPU time is this process's (``time.process_time``) around ``sample()`` and the reaped
+children's (``resource.getrusage(RUSAGE_CHILDREN)``) around ``ps``; wall time is
+``time.perf_counter``. Per sample: mean, median and max; per thread: the median sample
+divided by the threads that tool read (both read every thread on the machine, which the
+population's threads dominate). The ratio is affmon / ps. ``--sleeping`` adds a row on the
+same number of threads that never wake (the case measured before), which takes affmon's
+quiet-process path.
+
+    python bench/sample_cost.py [--threads 2000] [--processes 10] [--rounds 15] [--sleeping]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from waking import Population, Shape, StartError, activity, add_arguments, check_arguments, task_counters
 
 from affmon.collect.sampler import Sampler, Selection
 
-WORKLOAD = Path(__file__).resolve().parent.parent / "tests" / "workload.py"
+PS = ["ps", "-eLo", "pid,tid,psr,stat,comm"]
+SETTLE_S = 2.0  # after the population is ready: every thread has passed its random phase
 
 
 def children_cpu_s() -> float:
@@ -34,87 +49,117 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--processes", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=200, help="sleeping threads per process")
-    ap.add_argument("--busy", type=int, default=4, help="busy threads in all, one per process from the first")
-    ap.add_argument("--rounds", type=int, default=15)
-    a = ap.parse_args()
+@dataclass(frozen=True)
+class Timing:
+    """One tool's samples: CPU and wall seconds of each, and the threads each read."""
 
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(WORKLOAD),
-                "--sleepers",
-                str(a.threads),
-                "--busy",
-                str(int(i < a.busy)),
-                "--seconds",
-                "600",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(a.processes)
-    ]
-    try:
-        pids = []
-        for p in procs:
-            line = p.stdout.readline() if p.stdout else ""
-            pids.append(int(line.split('"pid": ')[1].split(",")[0]))
-        sampler = Sampler("/", Selection(pids=tuple(pids)))
-        t0 = time.perf_counter()
+    cpu_s: tuple[float, ...]
+    wall_s: tuple[float, ...]
+    threads: tuple[int, ...]
+
+    def per_thread_us(self, values: tuple[float, ...]) -> float:
+        return statistics.median(values) / statistics.median(self.threads) * 1e6
+
+
+@dataclass(frozen=True)
+class Row:
+    shape: Shape
+    affmon: Timing
+    ps: Timing
+    first_sample_s: float
+    first_sample_threads: int
+    workload: str
+
+
+def measure(shape: Shape, rounds: int, interval_s: float) -> Row:
+    with Population(shape, seconds=SETTLE_S + rounds * interval_s + 300) as population:
+        time.sleep(SETTLE_S)
+        sampler = Sampler("/", Selection(others=True))
+        w0 = time.perf_counter()
         first = sampler.sample()
-        first_s = time.perf_counter() - t0
-        threads = first.thread_count
-        system_threads = sum(
-            len(os.listdir(f"/proc/{pid}/task"))
-            for pid in os.listdir("/proc")
-            if pid.isdigit() and os.path.isdir(f"/proc/{pid}/task")
-        )
-
-        aff_wall, aff_cpu, ps_wall, ps_cpu, ps_rows = [], [], [], [], []
-        for _ in range(a.rounds):
-            time.sleep(0.2)
+        first_s = time.perf_counter() - w0
+        before, t0 = task_counters(population.all_pids()), time.monotonic()
+        aff_cpu, aff_wall, aff_threads, ps_cpu, ps_wall, ps_threads = [], [], [], [], [], []
+        due = time.monotonic() + interval_s
+        for _ in range(rounds):
+            time.sleep(max(0.0, due - time.monotonic()))
+            due += interval_s
             c0, w0 = time.process_time(), time.perf_counter()
             sample = sampler.sample()
-            aff_wall.append((time.perf_counter() - w0) / sample.thread_count)
-            aff_cpu.append((time.process_time() - c0) / sample.thread_count)
-            time.sleep(0.2)
+            aff_wall.append(time.perf_counter() - w0)
+            aff_cpu.append(time.process_time() - c0)
+            aff_threads.append(sample.thread_count)
+            time.sleep(max(0.0, due - interval_s / 2 - time.monotonic()))
             c0, w0 = children_cpu_s(), time.perf_counter()
-            out = subprocess.run(["ps", "-eLo", "pid,tid,psr,stat"], capture_output=True, text=True, check=True)
-            rows = len(out.stdout.splitlines()) - 1
-            ps_wall.append((time.perf_counter() - w0) / rows)
-            ps_cpu.append((children_cpu_s() - c0) / rows)
-            ps_rows.append(rows)
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+            out = subprocess.run(PS, capture_output=True, text=True, check=True)
+            ps_wall.append(time.perf_counter() - w0)
+            ps_cpu.append(children_cpu_s() - c0)
+            ps_threads.append(len(out.stdout.splitlines()) - 1)
+        after, t1 = task_counters(population.all_pids()), time.monotonic()
+    return Row(
+        shape,
+        Timing(tuple(aff_cpu), tuple(aff_wall), tuple(aff_threads)),
+        Timing(tuple(ps_cpu), tuple(ps_wall), tuple(ps_threads)),
+        first_s,
+        first.thread_count,
+        activity(before, after, t1 - t0).line(),
+    )
 
-    def us(values: list[float]) -> float:
-        return statistics.median(values) * 1e6
 
-    print(
-        f"population: {a.processes} processes, {threads} threads sampled by affmon; "
-        f"{statistics.median(ps_rows):.0f} threads on the machine (read by ps); {os.cpu_count()} CPUs"
+def stats_ms(values: tuple[float, ...]) -> str:
+    return f"{statistics.mean(values) * 1e3:7.1f} {statistics.median(values) * 1e3:7.1f} {max(values) * 1e3:7.1f}"
+
+
+def table(rows: list[Row]) -> list[str]:
+    head = (
+        f"{'threads':<16} {'tool':<7} {'read':>6}  {'CPU ms/sample':^23}  {'wall ms/sample':^23}  "
+        f"{'us/thread (median)':^18}"
     )
+    sub = f"{'':<16} {'':<7} {'':>6}  {'mean':>7} {'median':>7} {'max':>7}  {'mean':>7} {'median':>7} {'max':>7}"
+    lines = [head, sub + f"  {'CPU':>8} {'wall':>9}"]
+    for row in rows:
+        for name, t in (("affmon", row.affmon), ("ps", row.ps)):
+            lines.append(
+                f"{row.shape.label() if name == 'affmon' else '':<16} {name:<7} {statistics.median(t.threads):6.0f}  "
+                f"{stats_ms(t.cpu_s)}  {stats_ms(t.wall_s)}  "
+                f"{t.per_thread_us(t.cpu_s):8.1f} {t.per_thread_us(t.wall_s):9.1f}"
+            )
+        cpu = row.affmon.per_thread_us(row.affmon.cpu_s) / row.ps.per_thread_us(row.ps.cpu_s)
+        wall = row.affmon.per_thread_us(row.affmon.wall_s) / row.ps.per_thread_us(row.ps.wall_s)
+        lines.append(f"{'':<16} {'ratio':<7} {'':>6}  {'affmon / ps, per thread:':<49}  {cpu:8.2f} {wall:9.2f}")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    ap.add_argument("--rounds", type=int, default=15, help="samples of each tool per row")
+    ap.add_argument("--interval", type=float, default=1.0, help="seconds between affmon's samples (the monitor's)")
+    a = ap.parse_args()
+    check_arguments(ap, a)
+    if a.rounds < 1 or a.interval <= 0:
+        ap.error("--rounds must be at least 1 and --interval positive")
+    shapes = [Shape.from_args(a)] + ([Shape.from_args(a, sleeping=True)] if a.sleeping else [])
+    rows = []
+    try:
+        for shape in shapes:
+            rows.append(measure(shape, a.rounds, a.interval))
+    except (StartError, OSError, subprocess.CalledProcessError) as e:
+        print(f"sample_cost: {e}", file=sys.stderr)
+        sys.exit(2)
     print(
-        f"affmon first sample (reads every sched file): {first_s * 1e3:.1f} ms, {first_s / threads * 1e6:.1f} us/thread"
+        f"{a.processes} processes of {'waker' if a.population_as == 'others' else 'python'} threads "
+        f"(affmon samples them as {a.population_as}) + a training-like python process of 12 threads; "
+        f"wakes every {a.period:g} s, {a.work_us:g} us of work; {a.rounds} rounds alternating affmon and ps, "
+        f"affmon every {a.interval:g} s"
     )
-    print(f"median of {a.rounds} rounds, per thread:")
-    print(f"  {'':8} {'wall us':>9} {'cpu us':>9}")
-    print(f"  {'affmon':8} {us(aff_wall):9.1f} {us(aff_cpu):9.1f}")
-    print(f"  {'ps':8} {us(ps_wall):9.1f} {us(ps_cpu):9.1f}")
-    print(
-        f"  {'ratio':8} {us(aff_wall) / us(ps_wall):9.2f} {us(aff_cpu) / us(ps_cpu):9.2f}   (affmon / ps; goal <= 0.70)"
-    )
-    print(
-        f"affmon full sample: {statistics.median(aff_wall) * threads * 1e3:.1f} ms wall for {threads} threads "
-        f"(system had {system_threads} threads at start)"
-    )
+    for row in rows:
+        print(f"{row.shape.label()}: {row.workload}")
+        print(
+            f"{'':{len(row.shape.label())}}  affmon's first sample: {row.first_sample_s * 1e3:.0f} ms wall for "
+            f"{row.first_sample_threads:,} threads ({row.first_sample_s / row.first_sample_threads * 1e6:.1f} us each)"
+        )
+    print("\n".join(table(rows)))
 
 
 if __name__ == "__main__":
