@@ -32,11 +32,13 @@ from affmon.collect.procfs import (
     PF_KTHREAD,
     ProcFs,
     SchedCounters,
+    SchedStat,
     StatFields,
     cmdline_argv,
     parse_cmdline,
     parse_schedstat,
 )
+from affmon.core.cpuset import CpuSet
 from affmon.core.errors import ParseError, SourceError
 from affmon.core.samples import GpuSample, ProcessSample, Sample, ThreadSample
 
@@ -294,7 +296,7 @@ class Sampler:
         if stat is None:
             return None
         affinity = _or_none(self.proc.affinity, pid, tid)
-        cpu_ns = (stat.utime_ticks + stat.stime_ticks) * 1_000_000_000 // CLOCK_TICKS_PER_S
+        cpu_ns = _tick_ns(stat)
         if (
             prev is not None
             and prev.sample.start_ticks == stat.start_ticks
@@ -305,22 +307,7 @@ class Sampler:
             and prev.sample.wait_ns is None
         ):
             return prev  # nothing the rules read has changed: the frozen sample is reused
-        sample = ThreadSample(
-            tid=tid,
-            start_ticks=stat.start_ticks,
-            name=stat.comm,
-            state=stat.state,
-            psr=stat.processor,
-            flags=stat.flags,
-            cpu_ns=cpu_ns,
-            wait_ns=None,
-            timeslices=None,
-            voluntary_switches=None,
-            involuntary_switches=None,
-            migrations=None,
-            allowed_cpus=affinity,
-        )
-        return _ThreadMemo(None, sample)
+        return _ThreadMemo(None, _thread_sample(tid, stat, affinity, cpu_ns, None, None))
 
     def _read_thread(self, pid: int, tid: int, prev: _ThreadMemo | None) -> _ThreadMemo | None:
         """The thread's sample, or None when it is gone (or its ``stat``, which says who it
@@ -358,26 +345,39 @@ class Sampler:
                 status = _or_none(self.proc.status, pid, tid)
                 if status is not None:
                     counters = SchedCounters(status.voluntary_switches, status.involuntary_switches, None)
-        if schedstat is not None:
-            cpu_ns: int | None = schedstat.cpu_ns
-        else:
-            cpu_ns = (stat.utime_ticks + stat.stime_ticks) * 1_000_000_000 // CLOCK_TICKS_PER_S
-        sample = ThreadSample(
-            tid=tid,
-            start_ticks=stat.start_ticks,
-            name=stat.comm,
-            state=stat.state,
-            psr=stat.processor,
-            flags=stat.flags,
-            cpu_ns=cpu_ns,
-            wait_ns=schedstat.wait_ns if schedstat else None,
-            timeslices=schedstat.timeslices if schedstat else None,
-            voluntary_switches=counters.voluntary_switches if counters else None,
-            involuntary_switches=counters.involuntary_switches if counters else None,
-            migrations=counters.migrations if counters else None,
-            allowed_cpus=affinity,
-        )
-        return _ThreadMemo(raw, sample)
+        cpu_ns = schedstat.cpu_ns if schedstat is not None else _tick_ns(stat)
+        return _ThreadMemo(raw, _thread_sample(tid, stat, affinity, cpu_ns, schedstat, counters))
+
+
+def _tick_ns(stat: StatFields) -> int:
+    """CPU time from ``stat`` (user + system), by the clock tick, in nanoseconds."""
+    return (stat.utime_ticks + stat.stime_ticks) * 1_000_000_000 // CLOCK_TICKS_PER_S
+
+
+def _thread_sample(
+    tid: int,
+    stat: StatFields,
+    affinity: CpuSet | None,
+    cpu_ns: int | None,
+    schedstat: SchedStat | None,
+    counters: SchedCounters | None,
+) -> ThreadSample:
+    """One thread's sample from what was read of it; what was not read is unknown."""
+    return ThreadSample(
+        tid=tid,
+        start_ticks=stat.start_ticks,
+        name=stat.comm,
+        state=stat.state,
+        psr=stat.processor,
+        flags=stat.flags,
+        cpu_ns=cpu_ns,
+        wait_ns=schedstat.wait_ns if schedstat else None,
+        timeslices=schedstat.timeslices if schedstat else None,
+        voluntary_switches=counters.voluntary_switches if counters else None,
+        involuntary_switches=counters.involuntary_switches if counters else None,
+        migrations=counters.migrations if counters else None,
+        allowed_cpus=affinity,
+    )
 
 
 def _or_none(read: Callable[..., T], *args: object) -> T | None:

@@ -18,6 +18,7 @@ from affmon.sources.stream import ReplaySource
 from affmon.tui.app import AffmonApp
 from affmon.tui.screens import PinScreen
 from tests.recordings import RECORDINGS
+from tests.test_terminal_escapes import is_active
 from tests.tui.helpers import FIXED_CLOCK, FakePinner, play
 
 SIZE = (160, 48)
@@ -27,18 +28,6 @@ MARKUP = "[red]w[/red]"
 HOGS = range(591, 607)  # the 16 `python -c 'while True: pass'` tenants of hogs.jsonl.gz
 WORKERS = range(659, 663)  # the job's DataLoader workers
 JOB = 608
-
-
-def is_active(ch: str) -> bool:
-    o = ord(ch)
-    return (
-        o < 0x20
-        or 0x7F <= o < 0xA0
-        or o in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029)
-        or 0x202A <= o <= 0x202E
-        or 0x2066 <= o <= 0x2069
-        or 0xD800 <= o <= 0xDFFF
-    )
 
 
 def crafted_recording(tmp_path: Path) -> Path:
