@@ -29,9 +29,9 @@ COMMANDS = {
     "snapshot": ("observe", "cmd_snapshot"),
     "record": ("observe", "cmd_record"),
     "diagnose": ("diagnose", "cmd_diagnose"),
-    "plan": ("pinning", "cmd_plan"),
+    "plan": ("plan", "cmd_plan"),
     "pin": ("pinning", "cmd_pin"),
-    "exec": ("pinning", "cmd_exec"),
+    "exec": ("plan", "cmd_exec"),
     "undo": ("pinning", "cmd_undo"),
     "export": ("export", "cmd_export"),
     "tui": ("tui", "cmd_tui"),  # no subcommand: the monitor
