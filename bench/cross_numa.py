@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from affmon.commands.pinning import bus_id_for, gpu_from_env
+from affmon.commands.plan import bus_id_for, gpu_from_env
 from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.errors import AffmonError
 from affmon.core.topology import Topology
