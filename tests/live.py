@@ -51,11 +51,13 @@ class Driven:
 
 
 @contextmanager
-def driven(script: Path, *args: str) -> Iterator[Driven]:
-    """Start ``script`` with ``args``; yield it once it said what it is; kill its whole
+def driven(script: Path, *args: str, argv0: str | None = None) -> Iterator[Driven]:
+    """Start ``script`` with ``args`` (``argv0``: the name the interpreter is started
+    under, as a shell's ``exec -a``); yield it once it said what it is; kill its whole
     session after."""
     proc = subprocess.Popen(
-        [sys.executable, str(script), *args],
+        [argv0 or sys.executable, str(script), *args],
+        executable=sys.executable,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

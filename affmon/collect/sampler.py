@@ -14,6 +14,23 @@ ran, its mask; its wait, switches and migrations are unknown. A watched thread: 
 been scheduled since; ``sched`` (switches, migrations) only when its ``schedstat`` moved
 (a thread that was not scheduled cannot have switched), the previous counters carried
 otherwise. ``status`` is read once per watched process.
+
+A process that is not watched and not training, whose whole CPU time (``/proc/PID/stat``,
+read for every process anyway) grew by less than ``CARRY_BELOW_PERCENT`` of one CPU since
+its last sample, cannot hold a thread any rule counts (a contender, an occupant to move):
+its threads are not read at all. They are carried from the last read with
+``ProcessSample.threads_read`` False, so no per-thread rate spans the interval (and the
+process's own CPU share comes from its ``cpu_ns``); they are read again as soon as the
+process uses more, and at least every ``CARRY_REREAD_EVERY`` samples.
+
+Which processes are training: those NVML lists on a GPU, the known launchers, and python
+processes that have a GPU or deep-learning runtime mapped (``/proc/PID/maps`` names
+libtorch, libcuda, libcudart, libnccl, TensorFlow or XLA), checked when first seen and
+again every ``RUNTIME_RECHECK_S`` until found. A python process without one (a monitor, a
+script) is still watched, for its CPU findings, but is not a training rank. Where
+``maps`` cannot be read (another user's process, without root) a python process counts
+as training, as it looks. affmon's own processes (any affmon, not only this one) are never
+watched.
 """
 
 from __future__ import annotations
@@ -34,6 +51,7 @@ from affmon.collect.procfs import (
     SchedCounters,
     SchedStat,
     StatFields,
+    StatusFields,
     cmdline_argv,
     parse_cmdline,
     parse_schedstat,
@@ -56,6 +74,54 @@ _MOUNTS_REFRESH_S = 30.0
 QUIET_REREAD_EVERY = 5
 # States in which a thread is not on a run queue: sleeping (S) and idle kernel threads (I).
 _ASLEEP = frozenset({"S", "I"})
+# An unwatched process below this share of one CPU (all its threads together) cannot hold a
+# thread any rule counts: contenders and occupants start at 10% of a CPU or more.
+CARRY_BELOW_PERCENT = 5.0
+CARRY_REREAD_EVERY = 30
+# What a process that trains on a GPU, or with a deep-learning runtime, has mapped.
+RUNTIME_MARKERS = (b"libtorch", b"libcuda", b"libnccl", b"libtensorflow", b"xla_extension", b"libjax")
+RUNTIME_RECHECK_S = 10.0
+_MAPS_MAX_BYTES = 64 << 20
+
+
+def is_affmon(comm: str, argv: list[str]) -> bool:
+    """An affmon process: its console script, ``python -m affmon``, or a script named so."""
+    if comm == "affmon" or any(os.path.basename(arg) == "affmon" for arg in argv[:2]):
+        return True
+    return argv[1:3] == ["-m", "affmon"]
+
+
+def maps_runtime(maps: bytes | None) -> bool | None:
+    """Whether ``/proc/PID/maps`` shows a GPU or deep-learning runtime; None: unreadable."""
+    if maps is None:
+        return None
+    return any(marker in maps for marker in RUNTIME_MARKERS)
+
+
+def scan_maps(path: str) -> bool | None:
+    """``maps_runtime`` of a live ``/proc/PID/maps``, read until the first marker. The file
+    comes a page or so per read (the kernel formats it as it goes), so it is read to its end
+    (at most ``_MAPS_MAX_BYTES``), not once; None when it cannot be read."""
+    keep = max(len(m) for m in RUNTIME_MARKERS) - 1
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        tail, total = b"", 0
+        while total < _MAPS_MAX_BYTES:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return False
+            window = tail + chunk
+            if any(marker in window for marker in RUNTIME_MARKERS):
+                return True
+            tail, total = window[-keep:], total + len(chunk)
+        return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def is_training_candidate(comm: str, argv: list[str]) -> bool:
@@ -100,6 +166,12 @@ class _ProcessMemo:
     uid: int | None = None
     cpu_ticks: int = -1  # the whole process's utime + stime at the last full read
     quiet_ticks: int = 0  # samples since then that found it quiet
+    affmon: bool = False
+    runtime: bool | None = None  # a GPU/deep-learning runtime mapped (None: unknown)
+    runtime_checked_s: float = float("-inf")
+    seen_ticks: int = -1  # utime + stime at the last sample, read or carried
+    seen_s: float = float("-inf")  # when that was
+    carried: int = 0  # samples in a row whose threads were carried, not read
 
 
 GpuSource = Callable[[], tuple[GpuSample, ...]]
@@ -143,13 +215,13 @@ class Sampler:
             self._mounts = read_mounts(self.root)
             self._mounts_read_at = start
         stats = self._process_stats()
-        training = self._training(stats, gpu_pids)
-        watched = self._select(stats, training)
+        candidates, training = self._training(stats, gpu_pids, start)
+        watched = self._select(stats, candidates, training)
         wanted = set(stats) if self.selection.others else watched
         processes = []
         for pid in sorted(wanted):
             sample = self._read_process(
-                stats[pid], gpu_pids.get(pid, []), watched=pid in watched, training=pid in training
+                stats[pid], gpu_pids.get(pid, []), start, watched=pid in watched, training=pid in training
             )
             if sample is not None:
                 processes.append(sample)
@@ -189,28 +261,48 @@ class Sampler:
                 argv=argv,
                 cmdline=None if raw is None else parse_cmdline(raw),
                 candidate=is_training_candidate(stat.comm, argv),
+                affmon=is_affmon(stat.comm, argv),
             )
             status = _or_none(self.proc.status, stat.pid)
             memo.uid = status.uid if status else None
             self._memo[stat.pid] = memo
         return memo
 
-    def _training(self, stats: dict[int, StatFields], gpu_pids: Mapping[int, object]) -> set[int]:
-        """Processes that look like training: on a GPU, python, or a known launcher."""
-        chosen = {pid for pid in gpu_pids if pid in stats}
+    def _training(
+        self, stats: dict[int, StatFields], gpu_pids: Mapping[int, object], now: float
+    ) -> tuple[set[int], set[int]]:
+        """(candidates: python processes and launchers, not affmon; training: those on a
+        GPU, the launchers, and the python processes with a runtime mapped or unknown)."""
+        candidates = set()
+        training = {pid for pid in gpu_pids if pid in stats}
         for pid, stat in stats.items():
             if stat.flags & PF_KTHREAD:  # never a training process
                 continue
-            if self._memo_for(stat).candidate:
-                chosen.add(pid)
-        return chosen
+            memo = self._memo_for(stat)
+            if not memo.candidate or memo.affmon:
+                continue
+            candidates.add(pid)
+            if memo.runtime is not True and now - memo.runtime_checked_s >= RUNTIME_RECHECK_S:
+                memo.runtime = self._runtime(pid)
+                memo.runtime_checked_s = now
+            launcher = stat.comm in LAUNCHERS or any(os.path.basename(a) in LAUNCHERS for a in memo.argv[:2])
+            if memo.runtime is not False or launcher:
+                training.add(pid)
+        return candidates, training
 
-    def _select(self, stats: dict[int, StatFields], training: set[int]) -> set[int]:
+    def _runtime(self, pid: int) -> bool | None:
+        if self.proc.live:
+            return scan_maps(f"/proc/{pid}/maps")
+        return maps_runtime(self.proc.read(pid, "maps"))
+
+    def _select(self, stats: dict[int, StatFields], candidates: set[int], training: set[int]) -> set[int]:
         if self.selection.all:
-            return set(stats)
-        if self.selection.pids:
-            return descendants(self.selection.pids, ((p, s.ppid) for p, s in stats.items())) & set(stats)
-        return training
+            chosen = set(stats)
+        elif self.selection.pids:
+            chosen = descendants(self.selection.pids, ((p, s.ppid) for p, s in stats.items())) & set(stats)
+        else:
+            chosen = candidates | training
+        return {pid for pid in chosen if not self._memo_for(stats[pid]).affmon}
 
     # -- reading ---------------------------------------------------------------
 
@@ -225,10 +317,25 @@ class Sampler:
         return self._users[uid]
 
     def _read_process(
-        self, stat: StatFields, gpu_use: list[tuple[int, int | None]], *, watched: bool, training: bool
+        self, stat: StatFields, gpu_use: list[tuple[int, int | None]], now: float, *, watched: bool, training: bool
     ) -> ProcessSample | None:
         pid = stat.pid
         memo = self._memo_for(stat)
+        cpu_ticks = stat.utime_ticks + stat.stime_ticks
+        carry = (
+            not watched
+            and not training
+            and not gpu_use
+            and bool(memo.threads)
+            and memo.carried < CARRY_REREAD_EVERY
+            and self.proc.live
+            and _percent(cpu_ticks - memo.seen_ticks, now - memo.seen_s) < CARRY_BELOW_PERCENT
+        )
+        memo.seen_ticks, memo.seen_s = cpu_ticks, now
+        if carry:
+            memo.carried += 1
+            return self._process_sample(stat, memo, None, None, gpu_use, watched, training, read=False)
+        memo.carried = 0
         status, cgroup_cpus = None, None
         if watched:  # others are only "what else runs where": their threads suffice
             # Each unknown on its own: a bad status must not also hide the cgroup.
@@ -236,7 +343,6 @@ class Sampler:
             cgroup_cpus = _or_none(cgroup_cpuset, self.root, pid, self._mounts)
         seen: dict[int, _ThreadMemo] = {}
         previous = memo.threads
-        cpu_ticks = stat.utime_ticks + stat.stime_ticks
         quiet = cpu_ticks == memo.cpu_ticks and memo.quiet_ticks < QUIET_REREAD_EVERY and self.proc.live
         for tid in self.proc.tids(pid):
             before = previous.get(tid)
@@ -256,24 +362,40 @@ class Sampler:
         memo.quiet_ticks = memo.quiet_ticks + 1 if quiet else 0
         if not seen:
             return None  # exited while we read it
-        threads = [seen[tid].sample for tid in sorted(seen)]
+        return self._process_sample(stat, memo, status, cgroup_cpus, gpu_use, watched, training, read=True)
+
+    def _process_sample(
+        self,
+        stat: StatFields,
+        memo: _ProcessMemo,
+        status: StatusFields | None,
+        cgroup_cpus: CpuSet | None,
+        gpu_use: list[tuple[int, int | None]],
+        watched: bool,
+        training: bool,
+        *,
+        read: bool,
+    ) -> ProcessSample:
         memory = [m for _, m in gpu_use if m is not None]
+        uid = status.uid if status else memo.uid
         return ProcessSample(
-            pid=pid,
+            pid=stat.pid,
             start_ticks=stat.start_ticks,
             ppid=stat.ppid,
             name=stat.comm,
-            uid=status.uid if status else memo.uid,
-            user=self._user(status.uid if status else memo.uid),
+            uid=uid,
+            user=self._user(uid),
             cmdline=memo.cmdline,
             mems_allowed=status.mems_allowed if status else None,
             cgroup_cpus=cgroup_cpus,
-            threads=tuple(threads),
+            threads=tuple(memo.threads[tid].sample for tid in sorted(memo.threads)),
             gpu_indices=tuple(sorted({index for index, _ in gpu_use})),
             gpu_memory_bytes=sum(memory) if memory else None,
             watched=watched,
             training=training,
             kernel=bool(stat.flags & PF_KTHREAD),
+            cpu_ns=_tick_ns(stat),
+            threads_read=read,
         )
 
     def _quiet_thread(self, pid: int, tid: int, prev: _ThreadMemo) -> _ThreadMemo | None:
@@ -347,6 +469,13 @@ class Sampler:
                     counters = SchedCounters(status.voluntary_switches, status.involuntary_switches, None)
         cpu_ns = schedstat.cpu_ns if schedstat is not None else _tick_ns(stat)
         return _ThreadMemo(raw, _thread_sample(tid, stat, affinity, cpu_ns, schedstat, counters))
+
+
+def _percent(ticks: int, seconds: float) -> float:
+    """CPU share of one CPU (100 = one CPU busy) from a clock-tick delta over ``seconds``."""
+    if seconds <= 0 or ticks < 0:
+        return float("inf")  # no interval to judge by: read it
+    return 100.0 * ticks / CLOCK_TICKS_PER_S / seconds
 
 
 def _tick_ns(stat: StatFields) -> int:

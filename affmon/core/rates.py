@@ -12,8 +12,9 @@ Definitions (all per interval between the two samples):
   between samples shows only its last CPU (``migrations_per_s`` counts the rest).
 
 A value is None when either sample lacks it, or when the thread or process is new
-(no earlier sample to diff against). Counters that went backwards (a reset, a reused
-id) give None, never a negative rate.
+(no earlier sample to diff against), or when the sampler carried a process's threads
+from an earlier tick instead of reading them (``ProcessSample.threads_read``). Counters
+that went backwards (a reset, a reused id) give None, never a negative rate.
 """
 
 from __future__ import annotations
@@ -137,7 +138,10 @@ def _sum(values: list[float | None]) -> float | None:
 
 
 def process_rates(cur: ProcessSample, prev: ProcessSample | None, seconds: float, topology: Topology) -> ProcessRates:
-    old = {t.tid: t for t in prev.threads} if prev is not None and prev.key == cur.key else {}
+    same = prev is not None and prev.key == cur.key
+    if same and prev is not None and not (cur.threads_read and prev.threads_read):
+        return _carried_rates(cur, prev, seconds, topology)
+    old = {t.tid: t for t in prev.threads} if same and prev is not None else {}
     threads = tuple(thread_rates(t, old.get(t.tid), seconds) for t in cur.threads)
     pairs = [
         (t.cpu_ns_delta, t.wait_ns_delta) for t in threads if t.cpu_ns_delta is not None and t.wait_ns_delta is not None
@@ -156,6 +160,25 @@ def process_rates(cur: ProcessSample, prev: ProcessSample | None, seconds: float
         migrations_per_s=_sum([t.migrations_per_s for t in threads]),
         ran_on_cpus=ran_on,
         ran_on_numa_nodes=topology.nodes_of(ran_on),
+    )
+
+
+def _carried_rates(cur: ProcessSample, prev: ProcessSample, seconds: float, topology: Topology) -> ProcessRates:
+    """A process whose threads were not read at one of the two samples (``threads_read``):
+    no thread has a rate for this interval (the carried counters are from an earlier tick),
+    so none counts as having run; the process's CPU share comes from its own counter."""
+    unknown = tuple(ThreadRates(t, None, None, None, None, None, None, None) for t in cur.threads)
+    run = _delta(cur.cpu_ns, prev.cpu_ns)
+    return ProcessRates(
+        sample=cur,
+        threads=unknown,
+        cpu_percent=None if run is None else 100.0 * run / (seconds * 1e9),
+        wait_ratio=None,
+        voluntary_switches_per_s=None,
+        involuntary_switches_per_s=None,
+        migrations_per_s=None,
+        ran_on_cpus=frozenset(),
+        ran_on_numa_nodes=topology.nodes_of(frozenset()),
     )
 
 

@@ -107,6 +107,14 @@ def topology_to_json(t: Topology) -> dict[str, Any]:
     return data
 
 
+def _numa_node(n: dict[str, Any]) -> NumaNode:
+    node_id, cpus = _int(n["id"], "node id"), _set(n["cpus"]) or frozenset()
+    memory_only = _bool(n.get("memory_only", False), "memory_only")
+    if memory_only and cpus:
+        raise ParseError(f"NUMA node {node_id} is marked memory only but lists CPUs")
+    return NumaNode(node_id, cpus, memory_only=memory_only)
+
+
 def topology_from_json(d: dict[str, Any]) -> Topology:
     d = _dict(d, "topology")
 
@@ -117,7 +125,7 @@ def topology_from_json(d: dict[str, Any]) -> Topology:
         source=_str(d["source"], "source"),
         online_cpus=_set(d["online_cpus"]) or (),
         allowed_cpus=_set(d["allowed_cpus"]) or (),
-        numa_nodes=[NumaNode(_int(n["id"], "node id"), _set(n["cpus"]) or frozenset()) for n in items("numa_nodes")],
+        numa_nodes=[_numa_node(n) for n in items("numa_nodes")],
         packages=[Package(_int(p["id"], "package id"), _set(p["cpus"]) or frozenset()) for p in items("packages")],
         cores=[Core(_int(c["package"], "core package"), _set(c["cpus"]) or frozenset()) for c in items("cores")],
         l3_groups=[
@@ -172,7 +180,7 @@ def thread_from_json(row: list[Any]) -> ThreadSample:
 
 
 def process_to_json(p: ProcessSample) -> dict[str, Any]:
-    return {
+    data = {
         "pid": p.pid,
         "start_ticks": p.start_ticks,
         "ppid": p.ppid,
@@ -189,6 +197,12 @@ def process_to_json(p: ProcessSample) -> dict[str, Any]:
         "kernel": p.kernel,
         "threads": [thread_to_json(t) for t in p.threads],
     }
+    # Written only where they say something, so that older recordings read back unchanged.
+    if p.cpu_ns is not None:
+        data["cpu_ns"] = p.cpu_ns
+    if not p.threads_read:
+        data["threads_read"] = False
+    return data
 
 
 def process_from_json(d: dict[str, Any]) -> ProcessSample:
@@ -209,6 +223,9 @@ def process_from_json(d: dict[str, Any]) -> ProcessSample:
         watched=_bool(d["watched"], "watched"),
         training=_bool(d["training"], "training"),
         kernel=_bool(d["kernel"], "kernel"),
+        # Absent from recordings made before these were sampled.
+        cpu_ns=_opt_int(d.get("cpu_ns"), "cpu_ns"),
+        threads_read=_bool(d.get("threads_read", True), "threads_read"),
     )
 
 

@@ -52,6 +52,13 @@ class ProcessSample:
     watched: bool = True
     training: bool = False
     kernel: bool = False  # a kernel thread (PF_KTHREAD): never movable
+    # The whole process's CPU time (utime + stime of /proc/PID/stat, by the clock tick,
+    # exited threads included), in nanoseconds.
+    cpu_ns: int | None = None
+    # False when the sampler did not read the threads this tick and carried them from an
+    # earlier one (an unwatched process that used too little CPU to hold a busy thread):
+    # their counters are from then, so no per-thread rate spans this interval.
+    threads_read: bool = True
 
     @property
     def key(self) -> tuple[int, int]:

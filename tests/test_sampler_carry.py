@@ -1,0 +1,180 @@
+"""What the sampler reads of whom: an unwatched process that uses too little CPU to hold
+a contender has its threads carried, not read; python processes without a GPU or
+deep-learning runtime are watched but are not training; affmon processes are never
+watched. All against real processes."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from affmon.collect import sampler as sampler_module
+from affmon.collect.sampler import Sampler, Selection, is_affmon, maps_runtime, scan_maps
+from affmon.collect.sysfs_topology import read_topology
+from affmon.core.rates import make_snapshot
+from tests.live import driven
+
+TOPOLOGY = read_topology("/")
+QUIET = Path(__file__).parent / "quiet_other.py"
+
+
+def process(sample, pid):
+    return next(p for p in sample.processes if p.pid == pid)
+
+
+def test_a_quiet_unwatched_process_is_carried_and_read_again_once_it_uses_cpu():
+    with driven(QUIET, argv0="quietother") as other:
+        sampler = Sampler("/", Selection(others=True))
+        first = sampler.sample()
+        assert process(first, other.pid).threads_read  # first seen: read
+        time.sleep(1.0)
+        second = sampler.sample()
+        p = process(second, other.pid)
+        assert not p.watched and not p.training
+        # 20 threads waking five times a second for microseconds: far below 5% of a CPU
+        assert not p.threads_read
+        assert {t.tid for t in p.threads} == {t.tid for t in process(first, other.pid).threads}
+        rates = make_snapshot(first, second, TOPOLOGY).process(other.pid)
+        assert rates is not None and all(t.cpu_percent is None for t in rates.threads)
+        assert rates.cpu_percent is not None and rates.cpu_percent < sampler_module.CARRY_BELOW_PERCENT
+        assert rates.ran_on_cpus == frozenset()
+
+        spin = other.send("spin")["tid"]
+        time.sleep(1.0)
+        third = sampler.sample()
+        p = process(third, other.pid)
+        assert p.threads_read and spin in {t.tid for t in p.threads}
+        # the threads' counters span more than this interval: no per-thread rate yet
+        rates = make_snapshot(second, third, TOPOLOGY).process(other.pid)
+        assert rates is not None and all(t.cpu_percent is None for t in rates.threads)
+        time.sleep(1.0)
+        fourth = sampler.sample()
+        rates = make_snapshot(third, fourth, TOPOLOGY).process(other.pid)
+        assert rates is not None and process(fourth, other.pid).threads_read
+        (spinner,) = [t for t in rates.threads if t.sample.tid == spin]
+        assert spinner.cpu_percent is not None and spinner.cpu_percent >= sampler_module.CARRY_BELOW_PERCENT
+        other.send("still")
+
+
+def test_carried_threads_are_read_again_after_a_bounded_number_of_samples(monkeypatch):
+    monkeypatch.setattr(sampler_module, "CARRY_REREAD_EVERY", 2)
+    with driven(QUIET, argv0="quietother") as other:
+        sampler = Sampler("/", Selection(others=True))
+        reads = []
+        for _ in range(4):
+            reads.append(process(sampler.sample(), other.pid).threads_read)
+            time.sleep(0.3)
+        assert reads == [True, False, False, True]
+
+
+def test_watched_processes_are_never_carried():
+    with driven(QUIET, argv0="quietother") as other:
+        sampler = Sampler("/", Selection(pids=(other.pid,)))
+        sampler.sample()
+        time.sleep(0.5)
+        p = process(sampler.sample(), other.pid)
+        assert p.watched and p.threads_read
+
+
+def test_python_without_a_runtime_is_watched_but_not_training_and_with_one_it_is(tmp_path):
+    runtime = tmp_path / "libtorch_cpu.so"
+    runtime.write_bytes(b"\0" * 4096)
+    with (
+        driven(QUIET, "--name", "python3") as plain,
+        driven(QUIET, "--name", "python3", "--runtime", str(runtime)) as torch,
+    ):
+        sample = Sampler("/", Selection(others=True)).sample()
+        a, b = process(sample, plain.pid), process(sample, torch.pid)
+        assert a.watched and not a.training
+        assert b.watched and b.training
+
+
+def test_a_python_process_that_loads_a_runtime_later_becomes_training(tmp_path, monkeypatch):
+    monkeypatch.setattr(sampler_module, "RUNTIME_RECHECK_S", 0.0)
+    runtime = tmp_path / "libcudart.so.12"
+    runtime.write_bytes(b"\0" * 4096)
+    code = (
+        "import mmap, sys, time\n"
+        "open('/proc/self/comm', 'w').write('python3')\n"
+        "print('up', flush=True); sys.stdin.readline()\n"
+        f"f = open({str(runtime)!r}, 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+        "print('mapped', flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        sampler = Sampler("/", Selection())
+        assert not process(sampler.sample(), proc.pid).training
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "mapped"
+        assert process(sampler.sample(), proc.pid).training
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_no_affmon_process_is_watched(tmp_path):
+    script = tmp_path / "affmon"
+    script.write_text("import time\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, str(script)])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+                if str(script).encode() in f.read():
+                    break
+            time.sleep(0.05)
+        sample = Sampler("/", Selection(others=True)).sample()
+        p = process(sample, proc.pid)
+        assert not p.watched and not p.training
+        assert all(q.pid != proc.pid for q in Sampler("/", Selection()).sample().processes)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("comm", "argv", "expected"),
+    [
+        ("affmon", ["/usr/bin/python3", "/usr/local/bin/affmon"], True),
+        ("python3", ["python3", "-m", "affmon", "export"], True),
+        ("python3", ["/venv/bin/affmon", "--pid", "1"], True),
+        ("python3", ["python3", "train.py", "affmon"], False),
+        ("python3", ["python3", "-m", "affmonitor"], False),
+    ],
+)
+def test_is_affmon(comm, argv, expected):
+    assert is_affmon(comm, argv) is expected
+
+
+def test_maps_runtime_reads_this_process_maps():
+    with open(f"/proc/{os.getpid()}/maps", "rb") as f:
+        mine = f.read()
+    assert maps_runtime(mine) is False  # the test runner loads no GPU runtime
+    assert maps_runtime(mine + b"7f00-7f10 r-xp 0 08:01 1 /opt/torch/lib/libtorch_cuda.so\n") is True
+    assert maps_runtime(None) is None
+
+
+@pytest.mark.parametrize("at", [10, 65536 - 4, 65536 + 100, 200_000])
+def test_scan_maps_finds_a_marker_anywhere_including_across_reads(tmp_path, at):
+    data = bytearray(b"x" * 250_000)
+    data[at : at + len(b"libnccl")] = b"libnccl"
+    path = tmp_path / "maps"
+    path.write_bytes(bytes(data))
+    assert scan_maps(str(path)) is True
+    path.write_bytes(b"x" * 250_000)
+    assert scan_maps(str(path)) is False
+    assert scan_maps(str(tmp_path / "missing")) is None
+
+
+def test_a_real_torch_process_maps_shows_a_runtime(tmp_path):
+    maps = (Path(__file__).parent / "fixtures" / "proc" / "torch_process.maps").read_bytes()
+    assert maps_runtime(maps) is True
+    assert scan_maps(str(Path(__file__).parent / "fixtures" / "proc" / "torch_process.maps")) is True
+    # the same process before it imported torch: only the interpreter and the C library
+    plain = b"".join(line + b"\n" for line in maps.splitlines() if line.endswith((b"/python3.12", b"/libc.so.6")))
+    assert plain and maps_runtime(plain) is False
