@@ -34,6 +34,7 @@ COMMANDS = {
     "exec": ("plan", "cmd_exec"),
     "undo": ("pinning", "cmd_undo"),
     "export": ("export", "cmd_export"),
+    "audit": ("audit", "cmd_audit"),
     "tui": ("tui", "cmd_tui"),  # no subcommand: the monitor
 }
 # Commands whose output is not escaped: the monitor draws with escape sequences, and a
@@ -100,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     source = plan.add_mutually_exclusive_group()
     source.add_argument("--root", metavar="DIR", help="plan for a recorded tree that mimics /")
     source.add_argument("--hwloc-xml", metavar="FILE", help="plan for the machine this hwloc XML describes")
+    plan.add_argument(
+        "--gpus",
+        metavar="LIST",
+        help="plan for these GPUs only: indexes (NVML's; PCI bus order for --root/--hwloc-xml) or PCI bus ids "
+        "(default: CUDA_VISIBLE_DEVICES, else the GPUs NVML can open, else all)",
+    )
     plan.add_argument("--ranks-per-gpu", type=count(1, 64), default=1, metavar="N")
     plan.add_argument("--json", action="store_true", help="print JSON")
 
@@ -127,8 +134,20 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--from-env", action="store_true", help="GPU from LOCAL_RANK and CUDA_VISIBLE_DEVICES")
     ex.add_argument("--ranks-per-gpu", type=count(1, 64), default=1, metavar="N")
     ex.add_argument("--root", metavar="DIR", help="plan against a recorded tree instead of this machine's /sys")
-    ex.add_argument("--dry-run", action="store_true", help="print the mask and the command, run nothing")
+    ex.add_argument("--dry-run", action="store_true", help="print the plan's warnings, the mask and the command")
+    ex.add_argument(
+        "--strict", action="store_true", help="exit 2 when no plan can be made (default: warn, run CMD unpinned)"
+    )
     ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+
+    aud = sub.add_parser("audit", help="is every rank of a running multi-rank job on its plan? (exit 1: one is not)")
+    aud.add_argument("--pid", type=pid, action="append", default=[], help="audit the ranks under PID (a launcher)")
+    aud.add_argument("--replay", dest="audit_replay", metavar="FILE", help="audit the last sample of a recording")
+    aud.add_argument(
+        "--ranks-per-gpu", type=count(1, 64), default=None, metavar="N", help="default: the most ranks found on one GPU"
+    )
+    aud.add_argument("--strict", action="store_true", help="exit 1 unless every mask is exactly its plan")
+    aud.add_argument("--json", action="store_true", help="print JSON")
 
     undo = sub.add_parser("undo", help="restore the masks affmon changed")
     target = undo.add_mutually_exclusive_group(required=True)

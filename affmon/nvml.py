@@ -42,8 +42,9 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
+from affmon.core.cpuset import MAX_CPU_ID, CpuSet
 from affmon.core.samples import GpuProcess, GpuSample, PcieLink
-from affmon.core.topology import normalize_bus_id
+from affmon.core.topology import Topology, normalize_bus_id
 
 FI_PCIE_COUNT_TX_BYTES = 197  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES
 FI_PCIE_COUNT_RX_BYTES = 198  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES
@@ -61,11 +62,31 @@ PCIE_WINDOW_S = 0.02
 FIRST_UTIL_WINDOW_US = 1_000_000  # at the first tick: the samples of the last second
 
 
+# nvmlDeviceGetCpuAffinity fills this many 64-bit words: every CPU id Linux can have.
+AFFINITY_WORDS = (MAX_CPU_ID + 64) // 64
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
+    """What ``affmon exec`` maps from. ``numa_node`` is NVML's ``nvmlDeviceGetNumaNodeId``
+    (None where unsupported or negative): on Grace Hopper that is the GPU's own memory
+    node, which has no CPUs. ``cpu_affinity`` is ``nvmlDeviceGetCpuAffinity``: the CPUs
+    local to the GPU (None where unsupported)."""
+
     index: int
     uuid: str | None
     pci_bus_id: str | None
+    numa_node: int | None = None
+    cpu_affinity: CpuSet | None = None
+
+    def home_node(self, topology: Topology) -> int | None:
+        """The NUMA node this GPU's CPUs are on: NVML's node unless it is memory-only (then
+        the node holding all of ``cpu_affinity``, ``Topology.gpu_home_node``); without an
+        NVML node, the node the topology gives the GPU's bus id (None when unknown)."""
+        if self.numa_node is None:
+            known = None if self.pci_bus_id is None else topology.gpu(self.pci_bus_id)
+            return None if known is None else known.numa_node
+        return topology.gpu_home_node(self.numa_node, self.cpu_affinity)
 
 
 class _Counter(NamedTuple):
@@ -97,6 +118,8 @@ class _Device:
         self.pci_bus_id: str | None = None
         self.max_gen: int | None = None
         self.max_width: int | None = None
+        self.numa_node: int | None = None
+        self.cpu_affinity: CpuSet | None = None
         self.static_read = False
         self.util_seen_us = 0  # NVML timestamp of the newest utilisation sample read
 
@@ -171,7 +194,9 @@ class NvmlGateway:
             if device.handle is not None and not device.static_read:
                 with contextlib.suppress(_GpuLost):
                     self._read_static(device)
-            found.append(DeviceInfo(device.index, device.uuid, device.pci_bus_id))
+            found.append(
+                DeviceInfo(device.index, device.uuid, device.pci_bus_id, device.numa_node, device.cpu_affinity)
+            )
         return tuple(found)
 
     # -- sampling -----------------------------------------------------------------
@@ -248,7 +273,21 @@ class NvmlGateway:
         device.pci_bus_id = None if pci is None else normalize_bus_id(_text(pci.busId))
         device.max_gen = self._call(device, "max_gen", lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(h))
         device.max_width = self._call(device, "max_width", lambda: nvml.nvmlDeviceGetMaxPcieLinkWidth(h))
+        self._read_numa(device)
         device.static_read = True
+
+    def _read_numa(self, device: _Device) -> None:
+        """NVML's NUMA node and CPU affinity of the GPU. nvidia-ml-py releases before
+        ``nvmlDeviceGetNumaNodeId`` existed lack the function: unknown, like NotSupported."""
+        nvml, h = self.nvml, device.handle
+        get_node = getattr(nvml, "nvmlDeviceGetNumaNodeId", None)
+        node = None if get_node is None else self._call(device, "numa_node", lambda: get_node(h))
+        device.numa_node = int(node) if node is not None and int(node) >= 0 else None
+        get_affinity = getattr(nvml, "nvmlDeviceGetCpuAffinity", None)
+        words = None
+        if get_affinity is not None:
+            words = self._call(device, "cpu_affinity", lambda: get_affinity(h, AFFINITY_WORDS))
+        device.cpu_affinity = None if words is None else _affinity_cpus(words)
 
     def _sample_device(self, device: _Device) -> GpuSample:
         if device.handle is None:
@@ -392,3 +431,13 @@ def _window_rate(before: _Counter | None, after: _Counter | None) -> float | Non
     if seconds <= 0:
         return None
     return ((after.value - before.value) % (1 << after.bits)) / seconds
+
+
+def _affinity_cpus(words: Any) -> CpuSet | None:
+    """CPU ids of ``nvmlDeviceGetCpuAffinity``'s 64-bit words (word 0 holds CPUs 0-63);
+    None when no CPU is set (NVML knows no locality)."""
+    cpus: set[int] = set()
+    for i, word in enumerate(list(words)[:AFFINITY_WORDS]):
+        value = int(word)
+        cpus.update(64 * i + bit for bit in range(value.bit_length()) if value >> bit & 1)
+    return frozenset(cpus) or None

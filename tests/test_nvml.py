@@ -18,6 +18,7 @@ from tests.fake_pynvml import (
     NVML_ERROR_UNKNOWN,
     FakeGpu,
     FakeNvml,
+    NVMLError,
 )
 
 
@@ -206,3 +207,109 @@ def test_samples_not_supported_use_the_rates_and_are_not_asked_again():
     g = gateway(gpu)
     assert [g.sample()[0].util_percent for _ in range(3)] == [73, 73, 73]
     assert gpu.calls["samples"] == 1
+
+
+# -- NUMA node and CPU affinity -------------------------------------------------------
+
+
+class NumaFakeNvml(FakeNvml):
+    """The fake with NVML's NUMA calls: ``numa`` maps a GPU's bus id to what
+    nvmlDeviceGetNumaNodeId answers (an int, or an NVML error code as ``("error", code)``),
+    ``affinity`` to the CPUs nvmlDeviceGetCpuAffinity sets."""
+
+    def __init__(self, gpus, numa, affinity):
+        super().__init__(gpus)
+        self.numa = numa
+        self.affinity = affinity
+
+    def nvmlDeviceGetNumaNodeId(self, h):
+        answer = self.numa[self._gpu(h, "numa").bus_id]
+        if isinstance(answer, tuple):
+            raise NVMLError(answer[1])
+        return answer
+
+    def nvmlDeviceGetCpuAffinity(self, h, words):
+        cpus = self.affinity[self._gpu(h, "affinity").bus_id]
+        return [sum(1 << (c - 64 * i) for c in cpus if 64 * i <= c < 64 * (i + 1)) for i in range(words)]
+
+
+def grace_hopper_pair() -> Topology:
+    """Two Grace CPUs (nodes 0 and 1, 72 CPUs each) and their GPUs' memory nodes 2 and 10,
+    as sysfs reads them; the GPUs' PCI numa_node is their Grace's."""
+    return Topology.build(
+        source="test",
+        online_cpus=range(144),
+        allowed_cpus=range(144),
+        numa_nodes=[
+            NumaNode(0, frozenset(range(72))),
+            NumaNode(1, frozenset(range(72, 144))),
+            NumaNode(2, frozenset(), memory_only=True),
+            NumaNode(10, frozenset(), memory_only=True),
+        ],
+        packages=[],
+        cores=[],
+        l3_groups=[],
+        gpus=[
+            Gpu("0009:01:00.0", "nvidia", 0, frozenset(range(72))),
+            Gpu("0019:01:00.0", "nvidia", 1, frozenset(range(72, 144))),
+        ],
+    )
+
+
+GH_BUSES = ("00000009:01:00.0", "00000019:01:00.0")
+
+
+def numa_gateway(numa, affinity, bus_ids=GH_BUSES):
+    nvml = NumaFakeNvml([FakeGpu(bus_id=b) for b in bus_ids], numa, affinity)
+    g = NvmlGateway(module=nvml, pcie_window_s=0.0)
+    assert g.open()
+    return g
+
+
+def test_nvml_memory_node_falls_back_to_the_gpus_cpu_affinity():
+    # Grace Hopper: NVML names each GPU's own memory node, which has no CPUs.
+    g = numa_gateway(
+        {GH_BUSES[0]: 2, GH_BUSES[1]: 10},
+        {GH_BUSES[0]: range(72), GH_BUSES[1]: range(72, 144)},
+    )
+    topo = grace_hopper_pair()
+    devices = g.devices()
+    assert [(d.numa_node, d.cpu_affinity) for d in devices] == [
+        (2, frozenset(range(72))),
+        (10, frozenset(range(72, 144))),
+    ]
+    assert [d.home_node(topo) for d in devices] == [0, 1]
+
+
+def test_nvml_cpu_node_is_kept_and_affinity_spanning_nodes_is_unknown():
+    g = numa_gateway({GH_BUSES[0]: 1, GH_BUSES[1]: 10}, {GH_BUSES[0]: range(72), GH_BUSES[1]: range(60, 80)})
+    assert [d.home_node(grace_hopper_pair()) for d in g.devices()] == [1, None]
+
+
+def test_nvml_without_a_numa_answer_uses_the_topologys_node():
+    # x86 drivers answer NotSupported; an old nvidia-ml-py has no such function at all.
+    g = numa_gateway(
+        {GH_BUSES[0]: ("error", NVML_ERROR_NOT_SUPPORTED), GH_BUSES[1]: -1},
+        {GH_BUSES[0]: (), GH_BUSES[1]: range(72, 144)},
+    )
+    devices = g.devices()
+    assert [(d.numa_node, d.cpu_affinity) for d in devices] == [(None, None), (None, frozenset(range(72, 144)))]
+    assert [d.home_node(grace_hopper_pair()) for d in devices] == [0, 1]
+    old = gateway(FakeGpu(bus_id=GH_BUSES[1]))
+    (device,) = old.devices()
+    assert (device.numa_node, device.cpu_affinity) == (None, None)
+    assert device.home_node(grace_hopper_pair()) == 1
+    assert (
+        device.home_node(
+            Topology.build(
+                source="t", online_cpus=(), allowed_cpus=(), numa_nodes=(), packages=(), cores=(), l3_groups=(), gpus=()
+            )
+        )
+        is None
+    )
+
+
+def test_nvml_affinity_beyond_the_first_word():
+    bus = ("00000000:3B:00.0",)
+    g = numa_gateway({bus[0]: 0}, {bus[0]: (63, 64, 200)}, bus)
+    assert g.devices()[0].cpu_affinity == frozenset({63, 64, 200})

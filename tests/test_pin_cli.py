@@ -194,19 +194,53 @@ def test_exec_pins_itself_to_the_plan_then_runs_the_command(tmp_path):
     assert out.stdout.strip() == str([cpus[-1]])
 
 
-@pytest.mark.parametrize(
-    ("args", "env", "message"),
-    [
-        (["--gpu", "5", "--", "true"], {}, "no GPU '5'"),
-        (["--from-env", "--", "true"], {"LOCAL_RANK": ""}, "needs LOCAL_RANK"),
-        (["--from-env", "--", "true"], {"LOCAL_RANK": "3", "CUDA_VISIBLE_DEVICES": "0"}, "lists 1 GPUs"),
-        (["--gpu", "0"], {}, "needs a command"),
-    ],
-)
-def test_exec_errors(tmp_path, args, env, message):
+CANNOT_PLAN = [
+    (["--gpu", "5"], {}, "no GPU 5"),
+    (["--from-env"], {"LOCAL_RANK": ""}, "needs LOCAL_RANK"),
+    (["--from-env"], {"LOCAL_RANK": "3", "CUDA_VISIBLE_DEVICES": "0"}, "gives 1 GPUs"),
+    (["--from-env"], {"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "GPU-8932f937-d72c-4106"}, "UUID"),
+    (["--from-env"], {"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "MIG-8932f937-d72c-4106"}, "MIG"),
+    (["--from-env"], {"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "garbage"}, "gives 0 GPUs"),
+    (["--from-env"], {"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": ""}, "gives 0 GPUs"),
+]
+STATUS_PROBE = "import os, sys; print(sorted(os.sched_getaffinity(0))); sys.exit(3)"
+
+
+@pytest.mark.parametrize(("args", "env", "message"), CANNOT_PLAN)
+def test_exec_that_cannot_plan_still_runs_the_command_unpinned(tmp_path, args, env, message):
+    """A launcher wrapper must never keep a job from starting: one warning line, then the
+    command runs with the mask it inherited, and its exit status is kept."""
     tiny_gpu_tree(tmp_path, usable_cpus())
-    out = affmon("exec", "--root", str(tmp_path), *args, env=env)
+    out = affmon("exec", "--root", str(tmp_path), *args, "--", sys.executable, "-c", STATUS_PROBE, env=env)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout.strip() == str(sorted(os.sched_getaffinity(0)))  # unpinned: this process's own mask
+    assert len(out.stderr.splitlines()) == 1 and message in out.stderr and "unpinned" in out.stderr
+
+
+@pytest.mark.parametrize(("args", "env", "message"), CANNOT_PLAN)
+def test_exec_strict_fails_instead_and_runs_nothing(tmp_path, args, env, message):
+    tiny_gpu_tree(tmp_path, usable_cpus())
+    marker = tmp_path / "ran"
+    code = f"open({str(marker)!r}, 'w').close()"
+    out = affmon("exec", "--strict", "--root", str(tmp_path), *args, "--", sys.executable, "-c", code, env=env)
     assert out.returncode == 2 and message in out.stderr and len(out.stderr.splitlines()) == 1
+    assert not marker.exists()
+
+
+def test_exec_without_a_command_is_a_usage_error(tmp_path):
+    tiny_gpu_tree(tmp_path, usable_cpus())
+    out = affmon("exec", "--root", str(tmp_path), "--gpu", "0")
+    assert out.returncode == 2 and "needs a command" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def test_exec_dry_run_shows_why_it_would_run_unpinned(tmp_path):
+    tiny_gpu_tree(tmp_path, usable_cpus())
+    env = {"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "garbage,0"}
+    out = affmon("exec", "--root", str(tmp_path), "--from-env", "--dry-run", "--", "true", env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("! CUDA_VISIBLE_DEVICES entry 'garbage' and the 1 after it ignored")
+    assert lines[1].startswith("cannot plan: ") and lines[1].endswith("Would run unpinned: true")
 
 
 def test_exec_of_a_missing_command(tmp_path):

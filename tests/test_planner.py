@@ -9,15 +9,19 @@ plans to show it would catch them.
 from __future__ import annotations
 
 import math
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.collect.sysfs_topology import read_topology
 from affmon.core.cpuset import CpuSet, parse_cpulist
+from affmon.core.l3_shares import rank_shares
 from affmon.core.planner import (
     DEMAND_HEADROOM,
     MachinePlan,
@@ -141,8 +145,12 @@ def plan_problems(topology: Topology, machine: MachinePlan, ranks_per_gpu: int) 
         if oversubscribed:
             continue
         sizes = [core_count(p.cpus) for p in plans]
-        if max(sizes) - min(sizes) > 1 or sizes != sorted(sizes, reverse=True):
-            problems.append(f"domain {sorted(domain)[:4]}...: unbalanced sizes {sizes}")
+        caches = [g.cpus & domain for g in topology.l3_groups if g.cpus & domain]
+        if len(caches) <= 1:
+            if max(sizes) - min(sizes) > 1 or sizes != sorted(sizes, reverse=True):
+                problems.append(f"domain {sorted(domain)[:4]}...: unbalanced sizes {sizes}")
+        else:
+            problems += l3_problems(caches, plans, core_count)
         if sum(sizes) != n_cores:
             problems.append(f"domain {sorted(domain)[:4]}...: {sum(sizes)} of its {n_cores} cores given out")
     for i, p in enumerate(machine.plans):
@@ -151,6 +159,26 @@ def plan_problems(topology: Topology, machine: MachinePlan, ranks_per_gpu: int) 
                 p.domain_cpus == q.domain_cpus and core_count(p.domain_cpus) < len(groups[p.domain_cpus])
             ):
                 problems.append(f"{p.pci_bus_id}#{p.rank} and {q.pci_bus_id}#{q.rank} overlap")
+    return problems
+
+
+def l3_problems(caches: list[CpuSet], plans: list[RankPlan], core_count: Callable[[CpuSet], int]) -> list[str]:
+    """A domain holding several L3 caches: with as many caches as ranks, no cache is shared
+    by two ranks; with fewer, no rank spans two caches, every cache serves a rank, and the
+    ranks of one cache get even shares of it."""
+    problems = []
+    for p in plans:
+        touched = [c for c in caches if c & p.cpus]
+        tag = f"{p.pci_bus_id}#{p.rank}"
+        if len(caches) >= len(plans) and any(not c <= p.cpus for c in touched):
+            problems.append(f"{tag}: shares an L3 with another rank though there are {len(caches)} L3s")
+        if len(caches) < len(plans) and len(touched) != 1:
+            problems.append(f"{tag}: spans {len(touched)} L3s though its share fits in one")
+    if len(caches) < len(plans):
+        for c in caches:
+            sizes = [core_count(p.cpus) for p in plans if p.cpus & c]
+            if not sizes or max(sizes) - min(sizes) > 1:
+                problems.append(f"L3 {sorted(c)[:4]}...: rank sizes {sizes}")
     return problems
 
 
@@ -382,11 +410,12 @@ def test_shares_follow_l3_groups_not_cpu_numbers() -> None:
 
 
 def test_a_suggestion_keeps_to_one_l3_group_rather_than_its_straddling_slice() -> None:
-    # 12 cores in two L3 groups of 6, three GPUs: the even slices are 0-3, 4-7, 8-11, and
-    # the middle one straddles both groups. Its rank is better off inside one group.
+    # 12 cores in two L3 groups of 6, three GPUs: even slices would be 0-3, 4-7, 8-11, the
+    # middle one straddling both groups. Each rank keeps to one group instead: two ranks
+    # share the first group, the third has the second to itself.
     gpus = [Gpu(f"0000:{b}:00.0", "nvidia", 0, cpus("0-11")) for b in ("3b", "5e", "86")]
     topology = small_machine(nodes={0: "0-11"}, smt=1, gpus=gpus, l3=["0-5", "6-11"])
-    assert plan_machine(topology).plans[1].cpus == cpus("4-7")
+    assert [p.cpus for p in plan_machine(topology).plans] == [cpus("0-2"), cpus("3-5"), cpus("6-11")]
     s = suggest(
         topology,
         gpu_bus_ids=("0000:5e:00.0",),
@@ -395,7 +424,7 @@ def test_a_suggestion_keeps_to_one_l3_group_rather_than_its_straddling_slice() -
         demand_cpus=2.0,
         others=[peer(101, "0000:3b:00.0"), peer(103, "0000:86:00.0")],
     )
-    assert len(s.cpus) == 4 and (s.cpus <= cpus("0-5") or s.cpus <= cpus("6-11"))
+    assert len(s.cpus) == 3 and (s.cpus <= cpus("0-5") or s.cpus <= cpus("6-11"))
 
 
 def test_no_gpu_means_no_plan_and_a_warning() -> None:
@@ -571,3 +600,87 @@ def test_suggest_is_deterministic() -> None:
     others = [*IDLE_PEERS, hog(900, "0-3"), hog(901, "20,21")]
     first = suggest_g4(others=others, current_cpus=cpus("5-9"))
     assert all(suggest_g4(others=list(reversed(others)), current_cpus=cpus("5-9")) == first for _ in range(3))
+
+
+# --------------------------------------------------------------------------------------
+# Several L3 caches in one NUMA node (AMD EPYC NPS1: one L3 per CCX)
+
+
+def lstopo_l3_cpusets(path: Path) -> set[CpuSet]:
+    """The L3 caches' CPU sets as hwloc itself reads the file (``lstopo --only L3Cache -c``)."""
+    out = subprocess.run(
+        ["lstopo-no-graphics", "--input", str(path), "--only", "L3Cache", "-c"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    found = set()
+    for line in out.splitlines():
+        words = line.split("cpuset=")[1].split()[0].split(",")  # 32-bit words, most significant first
+        mask = int("".join(w.removeprefix("0x").zfill(8) for w in words), 16)
+        found.add(frozenset(i for i in range(mask.bit_length()) if mask >> i & 1))
+    return found
+
+
+def test_epyc_corona_p2_l3_caches_read_as_hwloc_reads_them() -> None:
+    path = XML_DIR / "mpibind-xml__epyc-corona-p2.xml"
+    topology = read_hwloc_xml(str(path))
+    assert {g.cpus for g in topology.l3_groups} == lstopo_l3_cpusets(path)
+    assert len(topology.l3_groups) == 16 and {len(g.cpus) for g in topology.l3_groups} == {6}  # 3 cores + SMT
+
+
+def test_epyc_three_gpus_of_a_node_get_whole_l3_caches_never_a_shared_one() -> None:
+    # Node 0: 8 L3 caches of 3 cores. An even split (8 cores each) would put two ranks on
+    # the third and sixth caches; whole caches give 3, 3 and 2 of them.
+    topology = xml("mpibind-xml__epyc-corona-p2.xml")
+    node0 = [g.pci_bus_id for g in topology.gpus if g.numa_node == 0][:3]
+    machine = plan_machine(topology, 1, node0)
+    assert [p.cpus for p in machine.plans] == [cpus("0-8,48-56"), cpus("9-17,57-65"), cpus("18-23,66-71")]
+    for p in machine.plans:
+        assert all(g.cpus <= p.cpus for g in topology.l3_groups if g.cpus & p.cpus)
+    assert any("divided whole among 3 ranks" in r for r in machine.plans[0].reasons)
+
+
+def test_epyc_more_ranks_than_l3_caches_keep_each_rank_inside_one() -> None:
+    # 4 GPUs x 3 ranks = 12 ranks on a node of 8 three-core L3 caches: 2-core even shares
+    # would straddle caches; here every rank keeps to one cache.
+    topology = xml("mpibind-xml__epyc-corona-p2.xml")
+    machine = plan_machine(topology, 3)
+    for p in machine.plans:
+        assert sum(1 for g in topology.l3_groups if g.cpus & p.cpus) == 1
+    node0 = [p for p in machine.plans if p.numa_node == 0]
+    assert sorted(len(p.cpus) // 2 for p in node0) == [1] * 4 + [2] * 4 + [3] * 4
+    assert sum(len(p.cpus) for p in node0) == 48  # every CPU of the node given out
+
+
+@given(
+    st.lists(st.integers(1, 8), min_size=1, max_size=10),
+    st.integers(1, 24),
+)
+def test_rank_shares_keep_to_l3_caches(group_sizes: list[int], n_ranks: int) -> None:
+    units = [frozenset({i}) for i in range(sum(group_sizes))]
+    l3_of = {}
+    start = 0
+    for g, size in enumerate(group_sizes):
+        l3_of.update({cpu: g for cpu in range(start, start + size)})
+        start += size
+    got = rank_shares(units, n_ranks, l3_of)
+    if len(units) < n_ranks:
+        assert got is None
+        return
+    assert got is not None
+    shares = got[0]
+    assert len(shares) == n_ranks and all(shares)
+    assert [u for s in shares for u in s] == units  # contiguous, in order, every core once
+    caches_of = [{l3_of[min(u)] for u in s} for s in shares]
+    if len(group_sizes) >= n_ranks:  # whole caches: none shared by two ranks
+        owners = [sum(1 for c in caches_of if g in c) for g in range(len(group_sizes))]
+        assert owners == [1] * len(group_sizes)
+    else:  # one cache per rank, every cache used, even within a cache
+        assert all(len(c) == 1 for c in caches_of)
+        for g in range(len(group_sizes)):
+            sizes = [len(s) for s, c in zip(shares, caches_of, strict=True) if g in c]
+            assert sizes and max(sizes) - min(sizes) <= 1
+    if len(group_sizes) == 1:
+        assert got[1] is None and max(map(len, shares)) - min(map(len, shares)) <= 1

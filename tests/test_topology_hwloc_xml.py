@@ -19,8 +19,10 @@ original, which checks that the 3.0 files mean the same to us as to hwloc.
 Where the Topology deliberately differs from what hwloc prints, the expected value is
 derived from hwloc's data by the documented rule (see the reader's module docstring):
 packages and caches without any CPU in the file are left out, an empty GPU locality is
-None (and so is that GPU's node), and a GPU's NUMA node is the one node of its non-I/O
-ancestor's nodeset that has CPUs.
+None (and so is that GPU's node), a GPU's NUMA node is the one node of its non-I/O
+ancestor's nodeset that has CPUs, and a NUMA node whose subtype (``NUMANode(MCDRAM)`` in
+lstopo's tree) is not DRAM, or whose ``complete_cpuset`` in the file is empty, is
+memory-only: no CPUs, where hwloc prints its locality's.
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ import random
 import re
 import shutil
 import subprocess
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.core.errors import ParseError, SourceError
@@ -80,13 +85,14 @@ def hwloc_bitmap(text: str) -> frozenset[int]:
 
 @dataclass
 class Obj:
-    """One object line of ``lstopo -p -c -v``: type, P# (OS index), cpuset, parent."""
+    """One object line of ``lstopo -p -c -v``: type, subtype, P# (OS index), cpuset, parent."""
 
     kind: str
     os_index: int | None
     cpuset: frozenset[int] | None
     text: str
     parent: Obj | None
+    subtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,7 @@ class HwlocView:
     package_ids: tuple[int, ...]  # every Package hwloc has, with or without CPUs
 
 
-OBJ_LINE = re.compile(r"(?P<indent> *)(?P<kind>[A-Za-z][\w-]*|)(?:\([^)]*\))?(?: P#(?P<os>\d+))?(?P<rest>.*)")
+OBJ_LINE = re.compile(r"(?P<indent> *)(?P<kind>[A-Za-z][\w-]*|)(?:\((?P<sub>[^)]*)\))?(?: P#(?P<os>\d+))?(?P<rest>.*)")
 PCI_ATTRS = re.compile(r"busid=(\S+) id=([0-9a-fA-F]{4}):([0-9a-fA-F]{4}) class=([0-9a-fA-F]{4})")
 
 
@@ -140,6 +146,7 @@ def lstopo_tree(xml: Path) -> list[Obj]:
             cpuset=None if cpuset is None else hwloc_bitmap(cpuset[1]),
             text=match["rest"],
             parent=stack[-1][1] if stack else None,
+            subtype=match["sub"],
         )
         objs.append(obj)
         stack.append((indent, obj))
@@ -174,6 +181,15 @@ def calc_pus(xml: Path, *extra: str) -> frozenset[int]:
     return frozenset(int(x) for x in out.strip().split(",") if x)
 
 
+def complete_cpusets_of_nodes(xml: Path) -> dict[int, frozenset[int]]:
+    """Each NUMANode's ``complete_cpuset`` as the file writes it (lstopo does not print it)."""
+    found = {}
+    for elem in ET.parse(xml).getroot().iter("object"):
+        if elem.get("type") == "NUMANode" and elem.get("complete_cpuset") is not None:
+            found[int(elem.get("os_index", "-1"))] = hwloc_bitmap(elem.get("complete_cpuset", ""))
+    return found
+
+
 def hwloc_view(xml: Path) -> HwlocView:
     objs = lstopo_tree(xml)
 
@@ -189,8 +205,15 @@ def hwloc_view(xml: Path) -> HwlocView:
     allowed = calc_pus(xml)
     marked = frozenset(o.os_index for o in of_kind("PU") if o.text.endswith(" (disallowed)"))
     assert allowed == online - marked  # hwloc-calc and lstopo agree on what is disallowed
-    nodes = [NumaNode(o.os_index, cpuset(o)) for o in of_kind("NUMANode") if o.os_index is not None]
-    assert len(nodes) == len(of_kind("NUMANode"))
+    complete = complete_cpusets_of_nodes(xml)
+    nodes = []
+    for o in of_kind("NUMANode"):
+        assert o.os_index is not None
+        only = o.subtype not in (None, "DRAM") or complete.get(o.os_index) == frozenset()
+        nodes.append(NumaNode(o.os_index, frozenset() if only else cpuset(o), memory_only=only))
+    # The fixtures need no more than the subtype and complete_cpuset rules to give every
+    # CPU one node; a file that needed the reader's ownership rule would fail here.
+    assert sum(len(n.cpus) for n in nodes) == len(frozenset().union(*(n.cpus for n in nodes)))
     all_packages = [Package(-1 if o.os_index is None else o.os_index, cpuset(o)) for o in of_kind("Package")]
     packages = [p for p in all_packages if p.cpus]
 
@@ -408,6 +431,7 @@ def test_8ia64_sparse_nodes_and_cpu_less_node() -> None:
     topo = ours("hwloc-xml__8ia64-2n2s2c+1n.v1tov2.xml")
     assert node_cpus(topo) == {0: cpus("0-3"), 2: cpus("16-19"), 16: frozenset()}
     assert topo.cpu_numa_nodes == (NumaNode(0, cpus("0-3")), NumaNode(2, cpus("16-19")))
+    assert topo.memory_only_nodes == (NumaNode(16, frozenset(), memory_only=True),)
     # The machine's listed "CPU ids 0-7,16-23" is the complete_cpuset; the file has PUs for half.
     assert topo.online_cpus == cpus("0-3,16-19")
     assert [p.id for p in topo.packages] == [0, 1, 131072, 131073]
@@ -470,11 +494,19 @@ def test_memory_side_caches_round_robin_nodes() -> None:
     assert [g.level for g in topo.l3_groups] == [3, 3]  # MemCache objects are not CPU caches
 
 
-def test_knl_dram_and_mcdram_nodes_share_cpus() -> None:
-    topo = ours("hwloc-xml__64intel64-fakeKNL-SNC4-hybrid.xml")
+def test_knl_mcdram_nodes_are_memory_only() -> None:
+    """hwloc gives DRAM node 0 and MCDRAM node 7 the same cpuset (the cluster both hang
+    from); Linux gives the MCDRAM nodes no CPUs, and so does the reader."""
+    name = "hwloc-xml__64intel64-fakeKNL-SNC4-hybrid.xml"
+    text = (FIXTURES / name).read_text(encoding="utf-8")
+    assert 'os_index="7" cpuset="0x000f000f,0x000f000f"' in text and 'subtype="MCDRAM"' in text
+    topo = ours(name)
     nodes = node_cpus(topo)
-    assert nodes[0] == nodes[7] == cpus("0-3,16-19,32-35,48-51")
-    assert sorted(nodes) == list(range(8))
+    assert nodes[0] == cpus("0-3,16-19,32-35,48-51")
+    assert {n: nodes[n] for n in range(4, 8)} == {n: frozenset() for n in range(4, 8)}
+    assert [n.id for n in topo.memory_only_nodes] == [4, 5, 6, 7]
+    assert [n.id for n in topo.cpu_numa_nodes] == [0, 1, 2, 3]
+    assert topo.node_of_cpu(0) == 0 and topo.home_node_of(cpus("0-3")) == 0
     assert all(len(c.cpus) == 4 for c in topo.cores) and len(topo.cores) == 16
 
 
@@ -925,7 +957,7 @@ def test_gpu_numa_node_ignores_cpu_less_nodes(tmp_path: Path, hwloc: Callable[[s
     )
 
 
-def test_gpu_beside_two_nodes_sharing_cpus_has_no_single_node(
+def test_gpu_beside_dram_and_mcdram_nodes_is_on_the_dram_node(
     tmp_path: Path, hwloc: Callable[[str], HwlocView]
 ) -> None:
     text = document(
@@ -954,8 +986,9 @@ def test_gpu_beside_two_nodes_sharing_cpus_has_no_single_node(
     path = write(tmp_path, text)
     topo = read_hwloc_xml(str(path))
     assert topo == hwloc_view(path).topology
-    assert node_cpus(topo) == {0: cpus("0-1"), 1: cpus("0-1")}
-    assert topo.gpus == (Gpu("0000:03:00.0", "nvidia", None, cpus("0-1")),)
+    # MCDRAM node 1 is memory-only: the GPU's nodeset holds one node with CPUs.
+    assert node_cpus(topo) == {0: cpus("0-1"), 1: frozenset()}
+    assert topo.gpus == (Gpu("0000:03:00.0", "nvidia", 0, cpus("0-1")),)
 
 
 @pytest.mark.parametrize(
@@ -981,3 +1014,68 @@ def test_highest_cache_level_rules(tmp_path: Path, outer: dict[str, str], expect
     )
     topo = read_hwloc_xml(str(write(tmp_path, text)))
     assert topo.l3_groups == (CacheGroup(expected_level, cpus("0-1")),)
+
+
+# ------------------------------------------------------------ memory-only NUMA nodes
+
+MEMORY_SUBTYPES = [None, "HBM", "GPUMemory", "MCDRAM", "CXL-DRAM", "NVM"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    layout=st.lists(
+        st.tuples(st.integers(1, 4), st.lists(st.sampled_from(MEMORY_SUBTYPES), max_size=3)), min_size=1, max_size=4
+    ),
+    dram_subtype=st.sampled_from([None, "DRAM"]),
+    machine_level=st.lists(st.sampled_from(MEMORY_SUBTYPES), max_size=2),
+    gap=st.integers(0, 240),
+)
+def test_memory_nodes_never_share_cpus_with_dram_nodes(
+    tmp_path: Path,
+    layout: list[tuple[int, list[str | None]]],
+    dram_subtype: str | None,
+    machine_level: list[str | None],
+    gap: int,
+) -> None:
+    """Packages of 1-4 CPUs, each with its DRAM node and CPU-less nodes (HBM, GPU memory,
+    CXL, or no subtype at all) hung beside it, and more at the Machine level, all with
+    ids above the DRAM nodes' (Linux numbers nodes with CPUs first): the reading is what
+    Linux's sysfs says, each package's CPUs in its DRAM node only, every other node
+    memory-only with no CPUs."""
+    packages, extras, expected = [], [], {}
+    next_cpu, next_extra = 0, len(layout) + gap
+    for number, (size, beside) in enumerate(layout):
+        cpu_list = f"{next_cpu}-{next_cpu + size - 1}"
+        next_cpu += size
+        dram = {"subtype": dram_subtype} if dram_subtype else {}
+        children = [obj("NUMANode", cpu_list=cpu_list, node_list=str(number), os_index=str(number), **dram)]
+        expected[number] = NumaNode(number, cpus(cpu_list))
+        for subtype in beside:
+            extra = {"subtype": subtype} if subtype else {}
+            children.append(
+                obj("NUMANode", cpu_list=cpu_list, node_list=str(next_extra), os_index=str(next_extra), **extra)
+            )
+            expected[next_extra] = NumaNode(next_extra, frozenset(), memory_only=True)
+            next_extra += 1
+        children.append(obj("Core", *(pu(c) for c in cpus(cpu_list)), cpu_list=cpu_list, node_list=str(number)))
+        packages.append(obj("Package", *children, cpu_list=cpu_list, node_list=str(number), os_index=str(number)))
+    all_cpus = f"0-{next_cpu - 1}"
+    for subtype in machine_level:
+        extra = {"subtype": subtype} if subtype else {}
+        extras.append(obj("NUMANode", cpu_list=all_cpus, node_list=str(next_extra), os_index=str(next_extra), **extra))
+        expected[next_extra] = NumaNode(next_extra, frozenset(), memory_only=True)
+        next_extra += 1
+    path = write(tmp_path, document(machine(*extras, *packages, cpu_list=all_cpus, node_list=f"0-{next_extra}")))
+    topo = read_hwloc_xml(str(path))
+    assert topo.numa_nodes == tuple(expected[n] for n in sorted(expected))
+    placed = [cpu for node in topo.numa_nodes for cpu in node.cpus]
+    assert sorted(placed) == sorted(topo.online_cpus)  # every CPU in exactly one node
+    assert all(topo.node_of_cpu(cpu) == number for number, _ in enumerate(layout) for cpu in expected[number].cpus)
+
+
+def test_every_fixture_gives_each_cpu_one_node() -> None:
+    for name in ALL_FILES:
+        topo = ours(name)
+        placed = [cpu for node in topo.numa_nodes for cpu in node.cpus]
+        assert len(placed) == len(set(placed)), name
+        assert all(not n.cpus for n in topo.memory_only_nodes), name

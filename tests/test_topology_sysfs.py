@@ -1,6 +1,6 @@
 """``read_topology`` on hwloc's recorded sysfs trees, checked against hwloc's own answers.
 
-Each of the six trees in ``tests/fixtures/sysfs`` (sources in ``SOURCES.md``) is read by
+Each of hwloc's six trees in ``tests/fixtures/sysfs`` (sources in ``SOURCES.md``) is read by
 affmon and compared with hwloc two independent ways:
 
 1. the expected output shipped with the tree by the hwloc developers (hwloc master,
@@ -12,8 +12,8 @@ affmon and compared with hwloc two independent ways:
 Where affmon and hwloc disagree on purpose the test says so and asserts both sides:
 
 * CPU-less NUMA nodes (GPU memory 250-255): sysfs gives them no CPUs and affmon reports
-  an empty set; hwloc attaches each to a CPU-bearing parent and gives it that parent's
-  cpuset.
+  them memory-only with an empty set; hwloc attaches each to a CPU-bearing parent and
+  gives it that parent's cpuset.
 * cgroup v1 (``nvidiagpunumanodes``): affmon reads ``cpuset.effective_cpus`` (what the
   kernel applies, 0-87 here), hwloc reads ``cpuset.cpus`` (0-175), so hwloc allows
   0-15,88-103 where affmon allows 0-15.
@@ -55,6 +55,9 @@ TREES = {
     # gathered by affmon's team on the lent GPU machines (tests/test_multi_gpu.py)
     "h200x2": "affmon-sysfs__h200x2-vm",
     "h200x4": "affmon-sysfs__h200x4-vm",
+    # written by tests/fixtures/sysfs/make_trees.py (tests/test_topology_memory_nodes.py)
+    "gh200x2": "affmon-sysfs__gh200x2-like",
+    "corona": "affmon-sysfs__epyc-corona-nps4",
 }
 
 # Independent of affmon's own tables: PCI display classes of GPUs, and GPU vendors.
@@ -532,6 +535,7 @@ def test_gpunuma(tree):
         (n, frozenset()) for n in range(250, 256)
     ]
     assert [n.id for n in topo.cpu_numa_nodes] == [0, 8]
+    assert [n.id for n in topo.memory_only_nodes] == list(range(250, 256))
     assert [(p.id, p.cpus) for p in topo.packages] == [(0, cpus("0-15")), (8, cpus("88-103"))]
     assert all(len(c.cpus) == 4 for c in topo.cores) and len(topo.cores) == 8
     # cgroup v1 /jjh: cpuset.effective_cpus 0-87 (cpuset.cpus 0-175), effective_mems 0
@@ -708,6 +712,7 @@ def test_sparse_nodes_and_cgroup_in_small_tree(tmp_path):
     )
     topo = read_topology(str(tmp_path))
     assert [(n.id, n.cpus) for n in topo.numa_nodes] == [(0, cpus("0")), (8, cpus("1")), (250, frozenset())]
+    assert [n.memory_only for n in topo.numa_nodes] == [False, False, True]
     assert topo.allowed_cpus == cpus("1")  # cgroup 1,7 intersected with online 0-1
 
 

@@ -28,13 +28,22 @@ What is read
       those are missing here too: the XML no longer says they exist.
     * Allowed CPUs: the root object's ``allowed_cpuset`` intersected with the online
       CPUs; all online CPUs when the attribute is absent.
-    * NUMA nodes: every ``NUMANode`` object by ``os_index`` (sparse ids kept) with its
-      ``cpuset`` (intersected with the online CPUs). hwloc 2 attaches memory objects
-      to a parent instead of putting CPUs under them, and a node's cpuset is the set of
-      CPUs it is local to, so a node without CPUs of its own (HBM, GPU memory) that
-      hwloc attached to a CPU-bearing parent has that parent's CPUs, exactly as
-      hwloc's tools report it; a node hwloc could not place (attached to an empty
-      Group) has none.
+    * NUMA nodes: every ``NUMANode`` object by ``os_index`` (sparse ids kept), with the
+      CPUs Linux gives it, so that the file and the machine's sysfs read the same.
+      hwloc 2 attaches memory objects to a parent instead of putting CPUs under them,
+      and a node's ``cpuset`` is the set of CPUs it is local to: a node without CPUs of
+      its own (KNL's MCDRAM, a GPU's memory on POWER9 or Grace Hopper, HBM, CXL) hangs
+      beside or above a DRAM node and has that node's CPUs there, so one CPU would be in
+      two nodes. Such a node is memory-only (``memory_only``, no CPUs) when its
+      ``subtype`` is set and is not ``DRAM`` (hwloc writes ``MCDRAM``, ``GPUMemory``,
+      ``HBM``, ``NVM``, ``SPM``, ``CXL-DRAM``...), when its ``complete_cpuset`` is empty
+      (no CPU at all; a file exported from a restricted process also writes that for
+      nodes whose CPUs it could not see), or when it owns none of its CPUs: each online
+      CPU of a remaining node's ``cpuset`` belongs to the most local one (the smallest
+      cpuset holding it, then the lowest id, as Linux numbers nodes with CPUs first).
+      hwloc's tools show a memory-only node with its locality's CPUs; that locality is
+      not kept. A node whose ``cpuset`` has no online CPU but whose
+      ``complete_cpuset`` has some is not memory-only: its CPUs are just not in the file.
     * Packages: ``Package`` objects by ``os_index`` (-1 when the file has none) with the
       online CPUs under them; a package with no online CPU is left out.
     * Cores: each ``Core`` object's PUs, with the ``os_index`` of the ``Package`` above
@@ -54,11 +63,11 @@ What is read
       ``hwloc_get_non_io_ancestor_obj`` gives; an empty cpuset there (a device under a
       CPU-less Group) is reported as unknown (None), and so is its node. ``numa_node``
       is the node of that ancestor's ``nodeset`` when exactly one NUMA node of the
-      nodeset has CPUs; otherwise (none, or several, as for a GPU hwloc placed under a
-      whole Group or Machine, or beside an HBM node that shares the CPUs) it is None:
-      unknown, never a guess. The nodeset is the one written in the file; hwloc
-      recomputes nodesets when it loads a file, which only differs for hand-edited
-      files.
+      nodeset has CPUs (memory-only nodes have none: a GPU beside KNL's DRAM and MCDRAM
+      nodes is on the DRAM one); otherwise (none, or several, as for a GPU hwloc placed
+      under a whole Group or Machine) it is None: unknown, never a guess. The nodeset
+      is the one written in the file; hwloc recomputes nodesets when it loads a file,
+      which only differs for hand-edited files.
 
 Objects of other types (Machine, Group, Die, Misc, MemCache, caches below the top
 level, Bridge, OSDev) are walked through; only ``object`` elements are descended into.
@@ -92,7 +101,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from affmon.core.cpuset import MAX_CPU_ID, CpuSet, parse_cpumask
+from affmon.core.cpuset import EMPTY, MAX_CPU_ID, CpuSet, parse_cpumask
 from affmon.core.errors import ParseError, SourceError
 from affmon.core.topology import (
     CacheGroup,
@@ -280,12 +289,7 @@ def _build(path: str, machine: ET.Element) -> Topology:
     allowed_text = machine.get("allowed_cpuset")
     allowed = online if allowed_text is None else _mask(path, machine, "allowed_cpuset") & online
 
-    nodes: dict[int, NumaNode] = {}
-    for elem in numa_elems:
-        node_id = _int_attr(path, elem, "os_index")
-        if node_id in nodes:
-            raise ParseError(f"{path}: NUMANode os_index {node_id} appears twice")
-        nodes[node_id] = NumaNode(node_id, _mask(path, elem, "cpuset") & online)
+    nodes = _numa_nodes(path, numa_elems, online)
 
     package_cpus: dict[int, set[int]] = {}
     core_cpus: dict[int, set[int]] = {}
@@ -320,6 +324,43 @@ def _build(path: str, machine: ET.Element) -> Topology:
         l3_groups=l3_groups,
         gpus=gpus,
     )
+
+
+def _numa_nodes(path: str, elems: list[ET.Element], online: CpuSet) -> dict[int, NumaNode]:
+    """The NUMA nodes with the CPUs each owns, as Linux gives them (module doc)."""
+    local: dict[int, CpuSet] = {}
+    memory_only: set[int] = set()
+    for elem in elems:
+        node_id = _int_attr(path, elem, "os_index")
+        if node_id in local:
+            raise ParseError(f"{path}: NUMANode os_index {node_id} appears twice")
+        local[node_id] = _mask(path, elem, "cpuset") & online
+        subtype = elem.get("subtype")
+        complete = None if elem.get("complete_cpuset") is None else _mask(path, elem, "complete_cpuset")
+        if (subtype is not None and subtype.strip().upper() != "DRAM") or complete == frozenset():
+            memory_only.add(node_id)
+    # Each CPU goes to the most local node that may own CPUs: the smallest cpuset holding
+    # it, then the lowest id (hwloc attaches a CPU-less node without a subtype beside the
+    # DRAM node, or higher up, and Linux numbers nodes with CPUs first). Counted once per
+    # (node, CPU) pair, so the work grows with the file, not with nodes squared.
+    owner: dict[int, tuple[int, int]] = {}
+    for node_id, cpus in local.items():
+        if node_id in memory_only:
+            continue
+        rank = (len(cpus), node_id)
+        for cpu in cpus:
+            if cpu not in owner or rank < owner[cpu]:
+                owner[cpu] = rank
+    owned: dict[int, set[int]] = {}
+    for cpu, (_, node_id) in owner.items():
+        owned.setdefault(node_id, set()).add(cpu)
+    nodes = {}
+    for node_id, cpus in local.items():
+        mine = frozenset(owned.get(node_id, ()))
+        # A node that had CPUs here but owns none is memory attached beside another node.
+        only = node_id in memory_only or (bool(cpus) and not mine)
+        nodes[node_id] = NumaNode(node_id, EMPTY if only else mine, memory_only=only)
+    return nodes
 
 
 def _top_cache_level(chains: Iterable[_Cache | None]) -> int | None:

@@ -18,9 +18,12 @@ at most once. What is read, and what a missing file becomes:
   level are in no group.
 * NUMA nodes: ``/sys/devices/system/node/node<N>`` by their real, possibly sparse ids,
   with ``cpulist`` (or the mask ``cpumap``, or the ``cpuN`` entries of the node
-  directory) restricted to the online CPUs. Nodes without CPUs (GPU memory, HBM, CXL)
-  are kept with an empty set: sysfs gives them no CPUs, and none are invented. With no
-  node directory at all (kernel without NUMA), one node 0 holds every online CPU.
+  directory) restricted to the online CPUs. A node whose list names no CPU at all,
+  online or offline, is memory-only (GPU memory, MCDRAM, HBM, CXL): it is kept with an
+  empty set and ``memory_only`` set; sysfs gives it no CPUs, and none are invented (its
+  locality, which hwloc shows as the CPUs of its parent, is not read). A node whose CPUs
+  are all offline has an empty set but is not memory-only. With no node directory at
+  all (kernel without NUMA), one node 0 holds every online CPU.
 * Allowed CPUs: the cpuset cgroup of this process (``cgroup_cpuset(root, "self")``)
   intersected with the online CPUs; all online CPUs when the cgroup is unknown (or the
   intersection is empty, which no running process can have).
@@ -29,7 +32,8 @@ at most once. What is read, and what a missing file becomes:
   ``vendor`` file; the device is then taken as NVIDIA only if the NVIDIA driver lists
   it in ``/proc/driver/nvidia/gpus/<address>``. ``numa_node`` -1 or missing is None
   (unknown, never node 0); ``local_cpulist`` (or the mask ``local_cpus``) is the GPU's
-  ``local_cpus`` as the kernel writes it, None when missing.
+  ``local_cpus`` as the kernel writes it, None when missing. A ``numa_node`` naming a
+  memory-only node becomes the node of the GPU's local CPUs (``Topology.build``).
 
 A root without ``sys/devices/system/cpu`` is not a sysfs tree: ``SourceError``. A
 missing or unreadable file degrades as said above; a file whose content cannot be
@@ -174,7 +178,8 @@ def _numa_nodes(root: str, online: CpuSet) -> list[NumaNode]:
         cpus = _read_set(root, f"{base}/cpulist", f"{base}/cpumap")
         if cpus is None:
             cpus = frozenset(_numbered(list_dir(root, base), _CPU_NAME))
-        nodes.append(NumaNode(id=node, cpus=cpus & online))
+        # No CPU at all, online or not: Linux made it a memory-only node.
+        nodes.append(NumaNode(id=node, cpus=cpus & online, memory_only=not cpus))
     return nodes
 
 

@@ -13,7 +13,8 @@ from affmon.core.cpuset import format_cpulist
 from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
 from affmon.core.planner import MachinePlan, RankPlan, plan_machine
-from affmon.core.topology import Topology
+from affmon.core.visible import JobGpus, gpu_by_index, job_gpus
+from affmon.sources.job_gpus import find_job_gpus, nvml_gpu_refs
 from affmon.sources.live import load_topology
 
 # -- plan ----------------------------------------------------------------------------
@@ -27,27 +28,32 @@ def launch_lines(p: RankPlan) -> dict[str, str]:
     return {"taskset": f"taskset -c {cpus}", "numactl": numactl}
 
 
-def plan_json(plan: MachinePlan) -> dict[str, Any]:
-    return {
-        "plans": [
-            {
-                "pci_bus_id": p.pci_bus_id,
-                "gpu_index": p.gpu_index,
-                "rank": p.rank,
-                "numa_node": p.numa_node,
-                "cpus": format_cpulist(p.cpus),
-                "reasons": list(p.reasons),
-                "launch": launch_lines(p),
-            }
-            for p in plan.plans
-        ],
-        "warnings": list(plan.warnings),
-    }
+def plan_json(plan: MachinePlan, job: JobGpus | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    if job is not None:
+        data["gpus"] = {"source": job.source, "pci_bus_ids": None if job.bus_ids is None else list(job.bus_ids)}
+    data["plans"] = [
+        {
+            "pci_bus_id": p.pci_bus_id,
+            "gpu_index": p.gpu_index,
+            "rank": p.rank,
+            "numa_node": p.numa_node,
+            "cpus": format_cpulist(p.cpus),
+            "reasons": list(p.reasons),
+            "launch": launch_lines(p),
+        }
+        for p in plan.plans
+    ]
+    data["warnings"] = [*(job.warnings if job is not None else ()), *plan.warnings]
+    return data
 
 
-def plan_text(plan: MachinePlan) -> str:
+def plan_text(plan: MachinePlan, job: JobGpus | None = None) -> str:
     lines = []
-    for w in plan.warnings:
+    if job is not None:
+        planned = "every GPU" if job.bus_ids is None else ", ".join(job.bus_ids) or "no GPU"
+        lines.append(f"For {term_safe(job.source)}: {term_safe(planned)}")
+    for w in (*(job.warnings if job is not None else ()), *plan.warnings):
         lines.append(f"! {term_safe(w)}")
     for p in plan.plans:
         gpu = "no GPU" if p.pci_bus_id is None else f"GPU {p.gpu_index} ({term_safe(p.pci_bus_id)})"
@@ -61,79 +67,115 @@ def plan_text(plan: MachinePlan) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan = plan_machine(load_topology(args.root, args.hwloc_xml), args.ranks_per_gpu)
-    print(json.dumps(plan_json(plan), indent=2) if args.json else plan_text(plan))
+    """The plan for the job's GPUs: ``--gpus``, else (on the live machine only: the
+    environment describes this machine, not a recorded one) ``CUDA_VISIBLE_DEVICES`` or
+    the GPUs NVML can open, else every GPU."""
+    topology = load_topology(args.root, args.hwloc_xml)
+    live = args.root is None and args.hwloc_xml is None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if live else None
+    job = find_job_gpus(topology, visible=visible, gpus=args.gpus, use_nvml=live)
+    plan = plan_machine(topology, args.ranks_per_gpu, job.bus_ids)
+    print(json.dumps(plan_json(plan, job), indent=2) if args.json else plan_text(plan, job))
     return 0
 
 
 # -- exec ----------------------------------------------------------------------------
 
 
-def gpu_from_env() -> tuple[str, int]:
-    """(the CUDA_VISIBLE_DEVICES entry or index this rank uses, local rank)."""
+class CannotPlan(AffmonError):
+    """exec found no plan for this rank: it runs the command unpinned (``--strict``: fails).
+    ``warnings`` are what was said on the way (``--dry-run`` shows them)."""
+
+    def __init__(self, message: str, warnings: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.warnings = warnings
+
+
+def local_rank_from_env() -> int:
     local = os.environ.get("LOCAL_RANK")
     if local is None or not local.isdigit():
-        raise AffmonError("--from-env needs LOCAL_RANK (set by torchrun) to be a number")
-    rank = int(local)
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return str(rank), rank
-    entries = [e.strip() for e in visible.split(",") if e.strip()]
-    if rank >= len(entries):
-        raise AffmonError(f"LOCAL_RANK {rank} but CUDA_VISIBLE_DEVICES lists {len(entries)} GPUs ({visible})")
-    return entries[rank], rank
+        raise CannotPlan("--from-env needs LOCAL_RANK (set by torchrun) to be a number")
+    return int(local)
 
 
-def bus_id_for(entry: str, topology: Topology, use_nvml: bool) -> str:
-    """The PCI bus id of a GPU given as an NVML index or a UUID (NVML answers for the live
-    machine; without it, or for a recorded tree, NVIDIA GPUs count in PCI bus order)."""
-    from affmon.nvml import NvmlGateway
-
-    gateway = NvmlGateway(pcie_window_s=0.0)
-    if use_nvml and gateway.open():
-        try:
-            for device in gateway.devices():
-                named = entry == str(device.index) or bool(device.uuid and device.uuid.startswith(entry))
-                if named and device.pci_bus_id:
-                    return device.pci_bus_id
-        finally:
-            gateway.close()
-    if entry.isdigit():  # no NVML: NVIDIA GPUs in PCI bus order, as NVML enumerates them
-        nvidia = [g.pci_bus_id for g in topology.gpus if g.vendor == "nvidia"] or [g.pci_bus_id for g in topology.gpus]
-        if int(entry) < len(nvidia):
-            return nvidia[int(entry)]
-    raise AffmonError(f"no GPU {entry!r} on this machine ({len(topology.gpus)} GPUs found)")
+def exec_plan(args: argparse.Namespace) -> tuple[RankPlan, tuple[str, ...]]:
+    """This rank's plan and the warnings said on the way; ``CannotPlan`` when there is none.
+    The job's GPUs come from ``CUDA_VISIBLE_DEVICES`` (also with ``--root``: it is the rank's
+    own environment) or the GPUs NVML opens; the rank's GPU is entry ``LOCAL_RANK`` of them
+    (``--from-env``) or GPU ``--gpu`` (NVML's index, else PCI bus order)."""
+    try:
+        topology = load_topology(args.root)
+    except AffmonError as exc:
+        raise CannotPlan(str(exc)) from None
+    live = args.root is None
+    refs = nvml_gpu_refs() if live else None
+    job = job_gpus(topology, os.environ.get("CUDA_VISIBLE_DEVICES"), refs)
+    wanted = job.bus_ids
+    if args.from_env:
+        local_rank = local_rank_from_env()
+        rank = local_rank % args.ranks_per_gpu
+        if local_rank >= len(job.devices):
+            raise CannotPlan(f"LOCAL_RANK {local_rank} but {job.source} gives {len(job.devices)} GPUs", job.warnings)
+        bus_id = job.devices[local_rank]
+        if bus_id is None:
+            raise CannotPlan(job.why_unresolved(local_rank), job.warnings)
+    else:
+        rank = 0
+        found = gpu_by_index(args.gpu, topology, refs)
+        if found is None:
+            raise CannotPlan(f"no GPU {args.gpu} on this machine ({len(topology.gpus)} GPUs found)", job.warnings)
+        bus_id = found
+        if wanted is not None and bus_id not in wanted:
+            wanted = (*wanted, bus_id)
+    plan = plan_machine(topology, args.ranks_per_gpu, wanted)
+    mine = next((p for p in plan.plans if p.pci_bus_id == bus_id and p.rank == rank), None)
+    if mine is None or not mine.cpus:
+        raise CannotPlan(f"no plan for GPU {bus_id} rank {rank}", (*job.warnings, *plan.warnings))
+    return mine, (*job.warnings, *plan.warnings)
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
+    """Pin to this rank's plan, then exec the command. A rank that cannot be planned (or
+    pinned) still runs, unpinned, after one line on stderr: a launcher wrapper must never
+    keep a training job from starting. ``--strict`` makes that an error (exit 2)."""
     command = list(args.cmd)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise AffmonError("exec needs a command after --, e.g. affmon exec --gpu 0 -- python train.py")
-    topology = load_topology(args.root)
-    if args.from_env:
-        entry, local_rank = gpu_from_env()
-        rank = local_rank % args.ranks_per_gpu
-    else:
-        entry, rank = str(args.gpu), 0
-    bus_id = bus_id_for(entry, topology, use_nvml=args.root is None)
-    plan = plan_machine(topology, args.ranks_per_gpu)
-    mine = next((p for p in plan.plans if p.pci_bus_id == bus_id and p.rank == rank), None)
-    if mine is None or not mine.cpus:
-        raise AffmonError(f"no plan for GPU {bus_id} rank {rank}")
-    if args.dry_run:
-        print(f"would pin to CPUs {format_cpulist(mine.cpus)} (GPU {bus_id}, rank {rank}) and run: {' '.join(command)}")
-        return 0
+    shown = " ".join(command)
     try:
-        os.sched_setaffinity(0, mine.cpus)
-    except OSError as exc:
-        raise AffmonError(
-            f"cannot pin to CPUs {format_cpulist(mine.cpus)}: {exc.strerror} (outside this process's cpuset?)"
-        ) from None
+        mine: RankPlan | None
+        mine, warnings = exec_plan(args)
+        problem = None
+    except CannotPlan as exc:
+        if args.strict:
+            raise
+        mine, warnings, problem = None, exc.warnings, str(exc)
+    if args.dry_run:
+        for w in warnings:
+            print(f"! {term_safe(w)}")
+        if mine is None:
+            said = term_safe(problem or "").rstrip(".")
+            print(f"cannot plan: {said}. Would run unpinned: {term_safe(shown)}")
+        else:
+            where = f"GPU {mine.pci_bus_id}, rank {mine.rank}"
+            print(f"would pin to CPUs {format_cpulist(mine.cpus)} ({where}) and run: {term_safe(shown)}")
+        return 0
+    if mine is not None:
+        try:
+            os.sched_setaffinity(0, mine.cpus)
+        except OSError as exc:
+            problem = f"cannot pin to CPUs {format_cpulist(mine.cpus)}: {exc.strerror} (outside this process's cpuset?)"
+            if args.strict:
+                raise AffmonError(problem) from None
+    if problem is not None:
+        said = term_safe(problem).rstrip(".")
+        sys.stderr.write(f"affmon: warning: {said}. Running {term_safe(command[0])} unpinned.\n")
+        sys.stderr.flush()
     try:
         os.execvp(command[0], command)
     except OSError as exc:
-        sys.stderr.write(f"affmon: cannot run {command[0]}: {exc.strerror}\n")
+        sys.stderr.write(f"affmon: cannot run {term_safe(command[0])}: {exc.strerror}\n")
         return 127
     return 0  # not reached: execvp replaced this process

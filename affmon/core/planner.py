@@ -16,8 +16,10 @@ The rules, in order of preference (drawn from NVIDIA DeepLearningExamples'
    domain (torch ``--numa-binding=exclusive``: remainder cores to the lowest GPU
    indexes; fewer cores than ranks: every rank shares the whole domain, with a warning).
 4. Enough CPUs for the busy threads (a warning otherwise).
-5. Contiguous within an L3 group where possible: cores are ordered by L3 group, then by
-   first CPU, and shares tile that order.
+5. L3 caches: cores are ordered by L3 group, then by first CPU, and shares tile that
+   order. Where a domain holds several L3 groups (AMD EPYC, one per CCX or CCD), each
+   rank gets whole groups when there are as many groups as ranks, and stays inside one
+   group otherwise (``l3_shares``).
 6. (``suggest``) among equally good windows, the one keeping most of the CPUs the
    process ran on; then the one closest to the slice ``plan_machine`` gives its rank
    (so suggestions for every rank of a domain keep tiling it); then the lowest CPUs.
@@ -47,10 +49,10 @@ from affmon.core.domains import (
     l3_index,
     l3_span,
     plural,
-    slices,
     union,
 )
 from affmon.core.fmt import term_safe
+from affmon.core.l3_shares import rank_shares
 from affmon.core.topology import Topology, normalize_bus_id
 
 # A process using less than this (percent of one CPU) is noise, not a tenant to move.
@@ -107,17 +109,26 @@ class Suggestion:
     move_off: tuple[int, ...]  # pids whose busy threads run on `cpus` and would have to move off
 
 
-def plan_machine(topology: Topology, ranks_per_gpu: int = 1) -> MachinePlan:
-    """A plan for every rank of every GPU, as a launcher would bind them: the GPUs of one
-    domain split its cores evenly, in bus-id order, ``ranks_per_gpu`` slices per GPU."""
+def plan_machine(topology: Topology, ranks_per_gpu: int = 1, gpus: Iterable[str] | None = None) -> MachinePlan:
+    """A plan for every rank of the job's GPUs, as a launcher would bind them: the GPUs
+    of one domain split its cores evenly, in bus-id order, ``ranks_per_gpu`` slices per
+    GPU. ``gpus`` (PCI bus ids, any spelling) are the GPUs the job uses; None means every
+    GPU of the topology. A job given two of a node's eight GPUs shares its CPUs between
+    those two only: planning for all eight would leave most of its cpuset unused."""
     if ranks_per_gpu < 1:
         raise ValueError(f"ranks_per_gpu must be at least 1, not {ranks_per_gpu}")
     allowed, allowed_warnings = allowed_pool(topology, None)
     if not topology.gpus:
         return MachinePlan((), ("No GPU found, so there is nothing to plan.",))
-    domains = {g.pci_bus_id: gpu_domain(topology, g.pci_bus_id, allowed) for g in topology.gpus}
+    chosen = topology.gpus
+    if gpus is not None:
+        wanted = {normalize_bus_id(b) for b in gpus}
+        chosen = tuple(g for g in topology.gpus if g.pci_bus_id in wanted)
+        if not chosen:
+            return MachinePlan((), ("The job uses none of the GPUs in the topology, so there is nothing to plan.",))
+    domains = {g.pci_bus_id: gpu_domain(topology, g.pci_bus_id, allowed) for g in chosen}
     groups: dict[CpuSet, list[str]] = {}
-    for gpu in topology.gpus:
+    for gpu in chosen:
         groups.setdefault(domains[gpu.pci_bus_id].cpus, []).append(gpu.pci_bus_id)
     plans: list[RankPlan] = []
     for bus_ids in groups.values():  # in order of each group's lowest bus id
@@ -130,7 +141,7 @@ def plan_machine(topology: Topology, ranks_per_gpu: int = 1) -> MachinePlan:
 def _plan_domain(
     topology: Topology, domains: list[Domain], bus_ids: list[str], ranks_per_gpu: int, taken: CpuSet
 ) -> list[RankPlan]:
-    """The ranks of the GPUs sharing one domain: even contiguous slices of its cores."""
+    """The ranks of the GPUs sharing one domain: contiguous shares of its cores, even or by L3 group."""
     domain = domains[0]
     found = core_units(topology, domain.cpus)
     units = list(found.units)
@@ -146,13 +157,17 @@ def _plan_domain(
             units = free
         else:
             shared_warnings.append(f"{domain.name} shares cores with other GPUs' plans: too few are left.")
-    sizes = even_split(len(units), len(ranks))
     who = f"{len(bus_ids)} GPUs" if len(bus_ids) > 1 else "1 GPU"
     if ranks_per_gpu > 1:
         who += f" ({len(ranks)} ranks)"
     l3_of = l3_index(topology)
     indexes = gpu_indexes(topology)
-    shares = slices(units, sizes) if sizes is not None else [units] * len(ranks)
+    level = topology.l3_groups[0].level if topology.l3_groups else 3
+    split = rank_shares(units, len(ranks), l3_of, level)
+    shares = split[0] if split is not None else [units] * len(ranks)
+    sizes = None if split is None else [len(share) for share in shares]
+    if split is not None and split[1] is not None:
+        shared_reasons.append(split[1])
     plans = []
     for n, (i, rank) in enumerate(ranks):
         chosen = shares[n]
@@ -167,8 +182,9 @@ def _plan_domain(
                 "so they all share it (oversubscribed)."
             )
         else:
-            reasons.append(_share_sentence(chosen, found.unit, domain.name, len(units), who, len(ranks)))
-            if sizes[n] > sizes[-1]:
+            even = split is not None and split[1] is None
+            reasons.append(_share_sentence(chosen, found.unit, domain.name, len(units), who, len(ranks), even))
+            if split is not None and split[1] is None and sizes[n] > sizes[-1]:
                 reasons.append(
                     f"It holds one of the {len(units) % len(ranks)} cores left over by the even split, "
                     "which go to the lowest GPU indexes."
@@ -176,13 +192,12 @@ def _plan_domain(
         if topology.l3_groups:
             reasons.append(_l3_sentence(topology, l3_of, chosen))
         cpus = union(chosen)
-        nodes = topology.nodes_of(cpus)
         plans.append(
             RankPlan(
                 pci_bus_id=bus_ids[i],
                 gpu_index=indexes[bus_ids[i]],
                 rank=rank,
-                numa_node=nodes[0] if len(nodes) == 1 else None,
+                numa_node=topology.home_node_of(cpus),
                 cpus=cpus,
                 reasons=tuple(reasons),
                 warnings=tuple(warnings),
@@ -192,11 +207,14 @@ def _plan_domain(
     return plans
 
 
-def _share_sentence(chosen: Sequence[CpuSet], unit: str, name: str, n_units: int, who: str, n_ranks: int) -> str:
+def _share_sentence(
+    chosen: Sequence[CpuSet], unit: str, name: str, n_units: int, who: str, n_ranks: int, even: bool
+) -> str:
     size = f"{plural(len(chosen), unit)}, {plural(len(union(chosen)), 'CPU')}"
     if n_ranks == 1:
         return f"{size}: all {n_units} cores of {name}, for {who} alone."
-    return f"{size}: an even share of the {n_units} cores of {name} among {who}."
+    kind = "an even share" if even else "a share, by L3 cache,"
+    return f"{size}: {kind} of the {n_units} cores of {name} among {who}."
 
 
 def _l3_sentence(topology: Topology, l3_of: dict[int, int], chosen: Sequence[CpuSet]) -> str:
@@ -282,7 +300,9 @@ def suggest(
     peers = [o for o in others if o.training and any(domain_of(b).cpus & pool for b in o.gpu_bus_ids)]
     ranks = sorted([(first_gpu(p.gpu_bus_ids), 0, p.pid) for p in peers] + [(first_gpu(targets), 1, 0)])
     position = ranks.index((first_gpu(targets), 1, 0))
-    sizes = even_split(len(units), len(ranks))
+    level = topology.l3_groups[0].level if topology.l3_groups else 3
+    split = rank_shares(units, len(ranks), l3_index(topology), level)
+    sizes = None if split is None else [len(share) for share in split[0]]
     claimed = union(_held(o) for o in others if o.training)
     hogs = [o for o in others if not o.training and o.cpu_percent >= MOVE_OFF_MIN_CPU_PERCENT]
     busy = [o for o in others if o.cpu_percent >= MOVE_OFF_MIN_CPU_PERCENT]
@@ -299,7 +319,8 @@ def suggest(
         )
     else:
         share = sizes[position]
-        tiles = [union(tile) for tile in slices(units, sizes)]  # plan_machine's slices
+        assert split is not None
+        tiles = [union(tile) for tile in split[0]]  # plan_machine's slices
         if len(ranks) == 1:
             reasons.append(f"No other training process uses {name}, so its share is all {plural(len(units), 'core')}.")
         else:
@@ -340,10 +361,9 @@ def suggest(
             "(pin --isolate): narrowing a job's mask while other busy threads stayed on its cores made it slower "
             "in the measured case (904 vs 1198 samples/s)."
         )
-    cpu_nodes = topology.nodes_of(cpus)
     return Suggestion(
         cpus=cpus,
-        numa_node=cpu_nodes[0] if len(cpu_nodes) == 1 else None,
+        numa_node=topology.home_node_of(cpus),
         reasons=tuple(reasons),
         warnings=tuple(dict.fromkeys(warnings)),
         move_off=move_off,

@@ -9,7 +9,7 @@ machine produce equal values.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from affmon.core.cpuset import EMPTY, CpuSet, format_cpulist
@@ -48,10 +48,23 @@ def normalize_bus_id(bus_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class NumaNode:
-    """A NUMA node by its real (possibly sparse) id; ``cpus`` may be empty (GPU/HBM memory)."""
+    """A NUMA node by its real (possibly sparse) id.
+
+    ``memory_only``: the node has no CPU of its own (a GPU's memory on POWER9 and Grace
+    Hopper, KNL's MCDRAM, HBM, CXL memory). Linux gives such a node no CPUs, so ``cpus``
+    is empty, whoever read it: hwloc gives it the CPUs of the object it hangs from, which
+    is its locality, not CPUs it owns. Threads never run "on" it, so it is never a
+    rank's home node, a ``--membind`` target or the node a GPU is local to. A node that
+    is not memory-only may still have empty ``cpus`` here (its CPUs offline, or outside
+    the CPUs an hwloc file kept)."""
 
     id: int
     cpus: CpuSet
+    memory_only: bool = False
+
+    def __post_init__(self) -> None:
+        if self.memory_only and self.cpus:
+            raise ValueError(f"memory-only NUMA node {self.id} cannot hold CPUs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +94,9 @@ class CacheGroup:
 @dataclass(frozen=True, slots=True)
 class Gpu:
     """A GPU found on the PCI bus. ``numa_node`` None means the firmware did not say
-    (sysfs ``numa_node`` = -1): never read it as node 0. ``local_cpus`` None = unknown."""
+    (sysfs ``numa_node`` = -1): never read it as node 0. ``local_cpus`` None = unknown.
+    In a built ``Topology`` ``numa_node`` never names a memory-only node (see
+    ``Topology.gpu_home_node``)."""
 
     pci_bus_id: str
     vendor: str
@@ -113,12 +128,16 @@ class Topology:
         l3_groups: Iterable[CacheGroup],
         gpus: Iterable[Gpu],
     ) -> Topology:
-        """Sort every list the canonical way and index CPUs to their nodes."""
+        """Sort every list the canonical way and index CPUs to their nodes.
+
+        A GPU whose ``numa_node`` names a memory-only node (its own memory, as NVML
+        reports it on Grace Hopper) is given the node its local CPUs are on instead
+        (``gpu_home_node``), so no reader or recording makes a memory-only node a home."""
         nodes = tuple(sorted(numa_nodes, key=lambda n: n.id))
-        # Where hwloc gives two nodes the same CPUs (KNL's DRAM and MCDRAM, a GPU's
-        # memory node), a CPU belongs to the lowest id: the DRAM node, as Linux numbers them.
+        # Readers give every CPU one node; where a file gives two nodes the same CPUs, a
+        # CPU belongs to the lowest id. Memory-only nodes hold no CPUs, so none is indexed.
         node_of_cpu = {cpu: node.id for node in reversed(nodes) for cpu in node.cpus}
-        return Topology(
+        topology = Topology(
             source=source,
             online_cpus=frozenset(online_cpus),
             allowed_cpus=frozenset(allowed_cpus),
@@ -126,17 +145,41 @@ class Topology:
             packages=tuple(sorted(packages, key=lambda p: p.id)),
             cores=tuple(sorted(cores, key=lambda c: _first(c.cpus))),
             l3_groups=tuple(sorted(l3_groups, key=lambda g: _first(g.cpus))),
-            gpus=tuple(sorted(gpus, key=lambda g: g.pci_bus_id)),
+            gpus=(),
             _node_of_cpu=node_of_cpu,
         )
+        homed = (replace(g, numa_node=topology.gpu_home_node(g.numa_node, g.local_cpus)) for g in gpus)
+        return replace(topology, gpus=tuple(sorted(homed, key=lambda g: g.pci_bus_id)))
 
     def node_of_cpu(self, cpu: int) -> int | None:
         return self._node_of_cpu.get(cpu)
 
     def nodes_of(self, cpus: Iterable[int]) -> tuple[int, ...]:
-        """Sorted ids of the NUMA nodes holding any of ``cpus``."""
+        """Sorted ids of the NUMA nodes holding any of ``cpus`` (never a memory-only one)."""
         found = {self._node_of_cpu[c] for c in cpus if c in self._node_of_cpu}
         return tuple(sorted(found))
+
+    def home_node_of(self, cpus: Iterable[int]) -> int | None:
+        """The one node holding every CPU of ``cpus``: the node to bind their memory to.
+        None when ``cpus`` is empty, spans several nodes, or has a CPU in no node. Never
+        a memory-only node: those hold no CPUs."""
+        found = {self._node_of_cpu.get(c) for c in cpus}
+        if len(found) != 1:
+            return None
+        return found.pop()
+
+    def gpu_home_node(self, reported: int | None, local_cpus: CpuSet | None) -> int | None:
+        """The node a GPU is local to, from the node its source reported and its local CPUs.
+
+        A reported node that is memory-only is the GPU's own memory (NVML's
+        ``nvmlDeviceGetNumaNodeId`` on Grace Hopper names it, and POWER9's GPU memory
+        nodes are such nodes): the answer is then the node holding all of the GPU's
+        local CPUs (its CPU affinity), None when they span nodes or are unknown. Any
+        other reported node, or None (unknown: never guessed), is kept as it is."""
+        node = None if reported is None else self.node(reported)
+        if node is None or not node.memory_only:
+            return reported
+        return None if local_cpus is None else self.home_node_of(local_cpus & self.online_cpus)
 
     def node(self, node_id: int) -> NumaNode | None:
         return next((n for n in self.numa_nodes if n.id == node_id), None)
@@ -147,16 +190,23 @@ class Topology:
 
     @property
     def cpu_numa_nodes(self) -> tuple[NumaNode, ...]:
-        """The nodes that hold CPUs (GPU-memory and HBM-only nodes left out)."""
+        """The nodes that hold CPUs: those threads run on (memory-only nodes left out)."""
         return tuple(n for n in self.numa_nodes if n.cpus)
 
+    @property
+    def memory_only_nodes(self) -> tuple[NumaNode, ...]:
+        """The nodes with memory and no CPU of their own (GPU memory, MCDRAM, HBM, CXL)."""
+        return tuple(n for n in self.numa_nodes if n.memory_only)
+
     def to_json(self) -> dict[str, Any]:
-        """The exact shape ``affmon topology --json`` prints."""
+        """The exact shape ``affmon topology --json`` prints. A node carries
+        ``"memory_only": true`` only when it is memory-only, so machines without such
+        nodes print (and record) the same shape as before the flag existed."""
         return {
             "source": self.source,
             "online_cpus": format_cpulist(self.online_cpus),
             "allowed_cpus": format_cpulist(self.allowed_cpus),
-            "numa_nodes": [{"id": n.id, "cpus": format_cpulist(n.cpus)} for n in self.numa_nodes],
+            "numa_nodes": [_node_json(n) for n in self.numa_nodes],
             "packages": [{"id": p.id, "cpus": format_cpulist(p.cpus)} for p in self.packages],
             "cores": [{"package": c.package, "cpus": format_cpulist(c.cpus)} for c in self.cores],
             "l3_groups": [{"cpus": format_cpulist(g.cpus)} for g in self.l3_groups],
@@ -170,6 +220,13 @@ class Topology:
                 for g in self.gpus
             ],
         }
+
+
+def _node_json(node: NumaNode) -> dict[str, Any]:
+    data: dict[str, Any] = {"id": node.id, "cpus": format_cpulist(node.cpus)}
+    if node.memory_only:
+        data["memory_only"] = True
+    return data
 
 
 def _first(cpus: CpuSet) -> int:
