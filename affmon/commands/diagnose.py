@@ -21,24 +21,29 @@ from affmon.sources.live import live_sources
 
 def diagnose(samples: list[Sample], topology: Topology, masks: ExpectedMasks) -> tuple[list[Finding], Snapshot]:
     """Debounced findings over consecutive samples (the tick every front end shares), with
-    suggestions from the last interval; and that interval."""
+    suggestions sized over every interval that raised them; and the last interval."""
     state = tick.start(topology)
-    last: Snapshot | None = None
+    window: list[Snapshot] = []
     for sample in samples:
         state = tick.advance(state, sample, masks)
-        last = state.snapshot or last
-    if last is None:
+        if state.snapshot is not None:
+            window.append(state.snapshot)
+    if not window:
         raise SourceError("the samples closed no interval: the clock did not move between them")
-    return attach_suggestions(list(state.findings), last), last
+    last = window[-1]
+    return attach_suggestions(list(state.findings), last, window=window), last
 
 
 def findings_text(findings: list[Finding], snap: Snapshot, intervals: int, *, partial: bool = False) -> str:
     """Findings grouped by job, worst first, each job's suggested core set once. Messages
     and the planner's sentences quote process names: each line passes through ``term_safe``."""
-    jobs = find_jobs(snap)
+    all_jobs = find_jobs(snap)
+    jobs = [j for j in all_jobs if j.training]
+    others = len(all_jobs) - len(jobs)
+    also = f", and {others} other watched process{'es' if others != 1 else ''}" if others else ""
     lines = [
         f"watched {len(jobs)} training job{'s' if len(jobs) != 1 else ''} "
-        f"({sum(len(j.members) for j in jobs)} processes) over {intervals} intervals"
+        f"({sum(len(j.members) for j in jobs)} processes){also} over {intervals} intervals"
     ]
     if not findings:
         seen = " as far as affmon can see (other users' processes are hidden)" if partial else ""

@@ -19,16 +19,19 @@ from affmon.actions.undo import undo
 from affmon.collect.identity import resolve_pid, tgid_of
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Selection
-from affmon.core.advice import job_of, occupants, suggest_for_job
+from affmon.core.advice import job_of, movable_occupants, suggest_for_job
 from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
 from affmon.core.errors import AffmonError, ParseError, SourceError
 from affmon.core.fmt import term_safe
 from affmon.core.planner import Suggestion
-from affmon.core.rates import make_snapshot
+from affmon.core.rates import Snapshot, make_snapshot
 from affmon.core.topology import Topology
 from affmon.sources.live import live_sources, load_topology
 
 EXIT_FAILED = 1
+# ``pin --suggest`` sizes the job over this many intervals of ``--interval``, as many as
+# ``diagnose`` takes by default: one fresh second undersized a starved job on the H200.
+SUGGEST_INTERVALS = 2
 
 
 # -- pin -----------------------------------------------------------------------------
@@ -101,10 +104,15 @@ def cmd_pin(args: argparse.Namespace) -> int:
     isolate_candidates: tuple[tuple[int, int], ...] = ()
     if args.suggest or isolate:
         selection = Selection(pids=(pid,), others=True)
+        window: list[Snapshot] = []
         with live_sources(selection) as src:
-            first = src.sampler.sample()
-            time.sleep(args.interval)
-            snapshot = make_snapshot(first, src.sampler.sample(), src.topology)
+            previous = src.sampler.sample()
+            for _ in range(SUGGEST_INTERVALS):
+                time.sleep(args.interval)
+                current = src.sampler.sample()
+                window.append(make_snapshot(previous, current, src.topology))
+                previous = current
+        snapshot = window[-1]
         if src.notice and isolate:
             sys.stderr.write(f"affmon: note: {src.notice}\n")
         topology = src.topology
@@ -112,15 +120,13 @@ def cmd_pin(args: argparse.Namespace) -> int:
         if job is None or job.root.sample.start_ticks != target.start_ticks:
             raise SourceError(f"PID {pid} exited while affmon sampled it")
         if args.suggest:
-            suggestion = suggest_for_job(job, snapshot)
+            suggestion = suggest_for_job(job, snapshot, window=window)
             cpus = suggestion.cpus
         else:
             cpus = parse_cpus(args.cpus, topology)
         if isolate:
             starts = {p.sample.pid: p.sample.start_ticks for p in snapshot.processes}
-            isolate_candidates = tuple(
-                sorted((o.pid, starts[o.pid]) for o in occupants(snapshot, job.pids) if o.cpus & cpus)
-            )
+            isolate_candidates = tuple(sorted((o.pid, starts[o.pid]) for o in movable_occupants(snapshot, job, cpus)))
     else:
         topology = load_topology()
         cpus = parse_cpus(args.cpus, topology)

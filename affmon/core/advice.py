@@ -1,5 +1,9 @@
 """From a snapshot to a suggested core set for a job: the bridge between the findings
-(``findings.py``) and the planner (``planner.py``). Pure."""
+(``findings.py``) and the planner (``planner.py``). Pure.
+
+The job is sized by what it needs over the window that raised the finding (``need.py``):
+diagnose's samples, the monitor's recent history, ``pin --suggest``'s own samples; never
+fewer CPUs than it has busy threads where its domain allows."""
 
 from __future__ import annotations
 
@@ -7,29 +11,36 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from affmon.core.cpuset import CpuSet, format_cpulist
-from affmon.core.findings import DEFAULT_THRESHOLDS, Finding, Job, Thresholds, busy_threads, demand, find_jobs
+from affmon.core.domains import allowed_pool, fmt_cpus, gpu_domain, plural
+from affmon.core.findings import DEFAULT_THRESHOLDS, Finding, Job, Neighbours, Thresholds, busy_threads, find_jobs
 from affmon.core.isolation import Candidate, left_alone
-from affmon.core.planner import Occupant, Suggestion, suggest
+from affmon.core.need import JobNeed, job_need, window_for
+from affmon.core.placements import Placement, placements
+from affmon.core.planner import DEMAND_HEADROOM, Occupant, Suggestion, suggest
 from affmon.core.rates import ProcessRates, Snapshot
 
 # Findings a different core set can fix; PCIE_DEGRADED cannot, AFFINITY_DRIFT carries its own.
 FIXABLE = frozenset({"STARVED", "MASK_TOO_NARROW", "CONTENDED", "CROSS_NUMA", "GPU_STARVED"})
-OCCUPANT_MIN_PERCENT = 10.0
+# The planner's own sentences that advice replaces with its measured ones.
+_PLANNER_DEMAND_WARNING = "Its busy threads want "
+_PLANNER_MOVE_WARNING = "This only helps if "
 
 
 def occupants(snapshot: Snapshot, job_pids: frozenset[int], t: Thresholds = DEFAULT_THRESHOLDS) -> list[Occupant]:
-    """Every other process that holds CPUs: a training process where its busy threads ran
-    (and its mask when pinned); any other busy process every CPU its busy threads may run
-    on. Kernel threads cannot move and are left out."""
+    """Every other process that holds CPUs: a training process where its contending threads
+    ran (and its mask when pinned); any other contending process every CPU its contending
+    threads may run on. A thread contends by its fair share of the CPU it ran on, not only
+    from 20% (``findings.Neighbours``). Kernel threads cannot move and are left out."""
     found = []
     topo = snapshot.topology
     training = training_pids(snapshot)
+    neighbours = Neighbours(snapshot, t)
     for p in snapshot.processes:
         s = p.sample
         if s.pid in job_pids or s.kernel:
             continue
         s = replace(s, training=s.pid in training)
-        busy = [th for th in p.threads if (th.cpu_percent or 0) >= OCCUPANT_MIN_PERCENT]
+        busy = neighbours.of(s.pid)
         cpus = frozenset(th.sample.psr for th in busy if th.sample.psr is not None)
         if not s.training:
             # A busy tenant can come back to any CPU its mask allows, not just where it ran
@@ -67,7 +78,8 @@ def training_pids(snapshot: Snapshot) -> frozenset[int]:
     processes and their descendants (DataLoader workers); a python process elsewhere is
     another tenant, like any CPU hog (on the H200, 16 ``python -c 'while True: pass'`` hogs
     counted as training would not have been moved off). Without GPU processes: every
-    process that looks like training (``ProcessSample.training``)."""
+    process that looks like training (``ProcessSample.training``; a python monitor or
+    script without torch is not)."""
     on_gpu = {p.sample.pid for p in snapshot.processes if p.sample.gpu_indices}
     if not on_gpu:
         return frozenset(p.sample.pid for p in snapshot.processes if p.sample.training)
@@ -84,21 +96,60 @@ def training_pids(snapshot: Snapshot) -> frozenset[int]:
     return frozenset(found)
 
 
-def suggest_for_job(job: Job, snapshot: Snapshot, t: Thresholds = DEFAULT_THRESHOLDS) -> Suggestion:
+def suggest_for_job(
+    job: Job, snapshot: Snapshot, t: Thresholds = DEFAULT_THRESHOLDS, *, window: Sequence[Snapshot] = ()
+) -> Suggestion:
+    """The planner's core set for ``job``, sized by its need over ``window`` (snapshots
+    oldest first, ending with ``snapshot``; empty: ``snapshot`` alone)."""
+    return _suggest(job, snapshot, job_need(job, window_for(snapshot, window), t), t)
+
+
+def _suggest(job: Job, snapshot: Snapshot, need: JobNeed, t: Thresholds) -> Suggestion:
     topo = snapshot.topology
     busy = busy_threads(job, snapshot.interval_s, t)
     indices = {i for m in job.members for i in m.sample.gpu_indices}
     gpu_ids = tuple(g.sample.pci_bus_id for g in snapshot.gpus if g.sample.index in indices and g.sample.pci_bus_id)
-    root = job.root.sample
-    allowed = (root.cgroup_cpus & topo.online_cpus) if root.cgroup_cpus else None
-    return suggest(
+    allowed = _allowed(job, snapshot)
+    found = suggest(
         topo,
         gpu_bus_ids=gpu_ids,
-        allowed_cpus=allowed or None,
+        allowed_cpus=allowed,
         current_cpus=frozenset(th.sample.psr for _, th in busy if th.sample.psr is not None),
-        demand_cpus=sum(demand(th, snapshot.interval_s) for _, th in busy),
+        # The planner sizes a window to ceil(demand x headroom): handing it need / headroom
+        # makes that the need, one CPU per busy thread at least.
+        demand_cpus=need.cpus / DEMAND_HEADROOM,
         others=occupants(snapshot, job.pids, t),
     )
+    return _worded(found, need, allowed_pool(topo, allowed)[0])
+
+
+def _allowed(job: Job, snapshot: Snapshot) -> CpuSet | None:
+    root = job.root.sample
+    topo = snapshot.topology
+    return ((root.cgroup_cpus & topo.online_cpus) if root.cgroup_cpus else None) or None
+
+
+def _worded(s: Suggestion, need: JobNeed, pool: CpuSet) -> Suggestion:
+    """The planner's suggestion with advice's measured sentences: how it was sized, and
+    whether the others have anywhere to go. When it holds every CPU the job may use,
+    nothing can move off it, so it recommends no isolation."""
+    reasons = list(s.reasons)
+    at = next((i for i, r in enumerate(reasons) if r.startswith("Suggested: ")), len(reasons))
+    reasons.insert(at, need.sentence)
+    warnings = [w for w in s.warnings if not w.startswith(_PLANNER_DEMAND_WARNING)]
+    if need.cpus > len(s.cpus):
+        warnings.append(
+            f"It needs {plural(need.cpus, 'CPU')} but the suggestion has only {len(s.cpus)}: its domain has no more."
+        )
+    move_off = s.move_off
+    if move_off and pool <= s.cpus:
+        warnings = [w for w in warnings if not w.startswith(_PLANNER_MOVE_WARNING)]
+        warnings.append(
+            f"Other busy processes ({', '.join(map(str, move_off))}) share CPUs {fmt_cpus(s.cpus)}, every CPU it may "
+            "use: there is nowhere to move them, so isolation cannot help here."
+        )
+        move_off = ()
+    return replace(s, reasons=tuple(reasons), warnings=tuple(dict.fromkeys(warnings)), move_off=move_off)
 
 
 def suggestion_json(s: Suggestion) -> dict[str, object]:
@@ -112,9 +163,14 @@ def suggestion_json(s: Suggestion) -> dict[str, object]:
 
 
 def attach_suggestions(
-    findings: Sequence[Finding], snapshot: Snapshot, t: Thresholds = DEFAULT_THRESHOLDS
+    findings: Sequence[Finding],
+    snapshot: Snapshot,
+    t: Thresholds = DEFAULT_THRESHOLDS,
+    *,
+    window: Sequence[Snapshot] = (),
 ) -> list[Finding]:
-    """Each fixable finding gets its job's suggested core set (computed once per job)."""
+    """Each fixable finding gets its job's suggested core set (computed once per job),
+    sized over ``window``: the intervals that raised the findings."""
     jobs = {job.pid: job for job in find_jobs(snapshot)}
     cache: dict[int, dict[str, object]] = {}
     result = []
@@ -122,10 +178,19 @@ def attach_suggestions(
         job = jobs.get(f.pid) if f.pid is not None else None
         if f.code in FIXABLE and job is not None:
             if job.pid not in cache:
-                cache[job.pid] = suggestion_json(suggest_for_job(job, snapshot, t))
+                cache[job.pid] = suggestion_json(suggest_for_job(job, snapshot, t, window=window))
             f = replace(f, suggestion=cache[job.pid])
         result.append(f)
     return result
+
+
+def movable_occupants(snapshot: Snapshot, job: Job, cpus: CpuSet, t: Thresholds = DEFAULT_THRESHOLDS) -> list[Occupant]:
+    """The occupants ``--isolate`` would move off ``cpus``: those that hold any of them, when
+    the job's allowed CPUs leave somewhere else to go (none when ``cpus`` is all of them)."""
+    pool, _ = allowed_pool(snapshot.topology, _allowed(job, snapshot))
+    if pool <= cpus:
+        return []
+    return [o for o in occupants(snapshot, job.pids, t) if o.cpus & cpus]
 
 
 def job_of(snapshot: Snapshot, pid: int) -> Job | None:
@@ -170,13 +235,15 @@ def propose_pin(
     *,
     my_uid: int | None = None,
     moved_by_affmon: Collection[tuple[int, int]] = (),
+    window: Sequence[Snapshot] = (),
 ) -> PinProposal | None:
     """The pin ``affmon pin ROOT --suggest --with-children`` would make for the job that
     ``pid`` belongs to (or for ``pid`` alone when it is in no job); None when it is gone.
     With ``my_uid`` (the user who would pin), the busy processes ``isolate`` must leave
     alone (``affmon.core.isolation``) are set apart from those it would move;
     ``moved_by_affmon``: (PID, start) of processes an earlier affmon isolate narrowed,
-    whose narrow mask is therefore no one's decision."""
+    whose narrow mask is therefore no one's decision; ``window``: the recent snapshots
+    (oldest first) the job is sized over."""
     root = pid
     for candidate in find_jobs(snapshot):
         if pid in candidate.pids:
@@ -185,9 +252,9 @@ def propose_pin(
     job = job_of(snapshot, root)
     if job is None:
         return None
-    suggestion = suggest_for_job(job, snapshot, t)
+    suggestion = suggest_for_job(job, snapshot, t, window=window)
     main = job.root.sample.main_thread
-    on_cpus = sorted((o for o in occupants(snapshot, job.pids, t) if o.cpus & suggestion.cpus), key=lambda o: o.pid)
+    on_cpus = sorted(movable_occupants(snapshot, job, suggestion.cpus, t), key=lambda o: o.pid)
     kept: list[tuple[Occupant, str]] = []
     if my_uid is not None:
         for o in on_cpus:
@@ -225,3 +292,22 @@ def _candidate(snapshot: Snapshot, pid: int, moved_by_affmon: Collection[tuple[i
         allowed=allowed or None,
         moved_by_affmon=s.key in moved_by_affmon,
     )
+
+
+def candidate_placements(
+    job: Job, snapshot: Snapshot, t: Thresholds = DEFAULT_THRESHOLDS, *, window: Sequence[Snapshot] = ()
+) -> list[Placement]:
+    """Placements a closed loop can measure for ``job``, the suggestion first: wider,
+    narrower, with and without isolating the others, its main loop and DataLoader workers
+    on separate cores, its whole domain (``placements.py``). Each lies within the job's
+    domain (its GPUs' CPUs inside its allowed CPUs, or the allowed CPUs) in whole cores."""
+    need = job_need(job, window_for(snapshot, window), t)
+    suggestion = _suggest(job, snapshot, need, t)
+    topo = snapshot.topology
+    pool, _ = allowed_pool(topo, _allowed(job, snapshot))
+    indices = {i for m in job.members for i in m.sample.gpu_indices}
+    bus_ids = [g.sample.pci_bus_id for g in snapshot.gpus if g.sample.index in indices and g.sample.pci_bus_id]
+    domain = frozenset().union(*(gpu_domain(topo, b, pool).cpus for b in bus_ids)) if bus_ids else pool
+    others_busy = any(not o.training and o.cpus & domain for o in occupants(snapshot, job.pids, t))
+    main_threads = sum(1 for th in need.threads if th.role != "DataLoader worker")
+    return placements(topo, domain, suggestion.cpus, main_threads=main_threads, others_busy=others_busy)

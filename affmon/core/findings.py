@@ -7,8 +7,10 @@ finding is raised after it holds for ``raise_after`` consecutive intervals and c
 after ``clear_after`` clean ones).
 
 A *job* is a training process with its watched descendants that are not jobs of their
-own: a rank and its DataLoader workers (``find_jobs``). A thread is *busy* when it wanted a CPU
-(ran or waited on a run queue) for at least ``busy_demand`` of the interval.
+own: a rank and its DataLoader workers (``find_jobs``). A watched process that is not training
+(a monitor, a script: ``ProcessSample.training`` False) is a job of its own too, judged by the
+CPU rules only (``Job.training``). A thread is *busy* when it wanted a CPU (ran or waited on a
+run queue) for at least ``busy_demand`` of the interval.
 
 A message is display text: the names it quotes (other processes, bus ids) pass through
 ``term_safe``; the evidence keeps them raw for JSON.
@@ -53,9 +55,14 @@ class Thresholds:
                                                0.45 hogs, 0.61 narrow mask; bcc's runqlat
                                                and the 25% CPU-throttling alert convention)
     narrow_factor                     1.0      busy threads' CPU demand above this many
-                                               times the CPUs of their mask
-    other_busy_percent                20.0     another process's thread counts as a
-                                               contender from this CPU % on
+                                               times the CPUs of their mask ...
+    narrow_margin_cpus                0.25     ... plus this many CPUs, with more busy
+                                               threads than CPUs (one thread's demand
+                                               jitters just above 1.0)
+    other_busy_percent                20.0     another process's thread is a contender
+                                               from this CPU % on, or from half its fair
+                                               share of a crowded CPU (``Neighbours``)
+    neighbour_floor_percent           5.0      ... but never below this CPU %
     cross_numa_share                  0.20     share of busy threads that ran off the
                                                GPU's NUMA node
     gpu_util_low                      50       GPU utilisation % called "well below"
@@ -68,7 +75,9 @@ class Thresholds:
     starved_warn: float = 0.10
     starved_bad: float = 0.25
     narrow_factor: float = 1.0
+    narrow_margin_cpus: float = 0.25
     other_busy_percent: float = 20.0
+    neighbour_floor_percent: float = 5.0
     cross_numa_share: float = 0.20
     gpu_util_low: float = 50.0
     pcie_traffic_bytes_per_s: float = 100e6
@@ -114,6 +123,13 @@ class Job:
     members: tuple[ProcessRates, ...]  # root first, then workers
 
     @property
+    def training(self) -> bool:
+        """A training job (a rank and its workers): on a GPU, or a process the sampler saw as
+        training. False for a watched process that is neither (a monitor, a script): the CPU
+        rules judge it, the GPU rules and the planner's share among ranks do not count it."""
+        return any(m.sample.gpu_indices for m in self.members) or self.root.sample.training
+
+    @property
     def pid(self) -> int:
         return self.root.sample.pid
 
@@ -130,12 +146,17 @@ class Job:
 def find_jobs(snapshot: Snapshot) -> list[Job]:
     """Group watched processes into jobs. Where any watched process is on a GPU, the jobs
     are rooted at GPU processes (a rank), with their watched descendants that are not on
-    a GPU (DataLoader workers); other python processes are then just other tenants. With
-    no GPU process in sight (no NVML), every watched process whose parent is not watched
-    roots a job."""
+    a GPU (DataLoader workers); other python processes that look like training are then
+    just other tenants, while a watched process that is not training (a monitor) outside
+    those jobs roots a job of its own, so its CPU findings show. With no GPU process in
+    sight (no NVML), every watched process whose parent is not watched roots a job."""
     watched = {p.sample.pid: p for p in snapshot.processes if p.sample.watched and not p.sample.kernel}
     roots = {pid for pid, p in watched.items() if p.sample.gpu_indices}
-    if not roots:
+    if roots:
+        ranked = {pid for pid in watched if _under(pid, roots, watched)}
+        rest = {pid: p for pid, p in watched.items() if pid not in ranked and not p.sample.training}
+        roots |= {pid for pid, p in rest.items() if (p.sample.ppid or -1) not in rest}
+    else:
         roots = {pid for pid, p in watched.items() if (p.sample.ppid or -1) not in watched}
 
     def root_of(p: ProcessRates) -> int | None:
@@ -158,6 +179,18 @@ def find_jobs(snapshot: Snapshot) -> list[Job]:
         members.sort(key=lambda m: (m.sample.pid != root_pid, m.sample.pid))
         jobs.append(Job(root=watched[root_pid], members=tuple(members)))
     return jobs
+
+
+def _under(pid: int, roots: set[int], watched: Mapping[int, ProcessRates]) -> bool:
+    """Whether ``pid`` is one of ``roots`` or descends from one through watched processes."""
+    seen: set[int] = set()
+    up: int | None = pid
+    while up is not None and up in watched and up not in seen:
+        if up in roots:
+            return True
+        seen.add(up)
+        up = watched[up].sample.ppid
+    return False
 
 
 def demand(thread: ThreadRates, seconds: float) -> float:
@@ -262,7 +295,11 @@ def rule_mask_too_narrow(job: Job, snap: Snapshot, ctx: Context) -> list[Finding
     for mask, threads in by_mask.items():
         wanted = sum(demand(th, snap.interval_s) for _, th in threads)
         ratio = wait_ratio(th for _, th in threads) or 0.0
-        if wanted <= len(mask) * t.narrow_factor or ratio < t.starved_warn:
+        # A mask is too narrow only for more busy threads than it has CPUs, wanting clearly
+        # more than it holds: one thread on one CPU measures 1.0x (jitter), and when it waits
+        # the cause is whoever else runs there (CONTENDED), not the mask.
+        too_many = len(threads) > len(mask) and wanted > len(mask) * t.narrow_factor + t.narrow_margin_cpus
+        if not too_many or ratio < t.starved_warn:
             continue
         severity = Severity.BAD if wanted >= 2 * len(mask) or ratio >= t.starved_bad else Severity.WARN
         findings.append(
@@ -286,29 +323,66 @@ def rule_mask_too_narrow(job: Job, snap: Snapshot, ctx: Context) -> list[Finding
     return findings
 
 
-class BusyThreads:
-    """Every process's busy threads in one interval, gathered on first use with one pass
-    over all threads: the rules then ask who else ran where without a pass per starved job
-    (a node of eight starved ranks beside thousands of other threads)."""
+class Neighbours:
+    """Every process's contending threads in one interval, gathered on first use with one
+    pass over all threads: the rules then ask who else ran where without a pass per starved
+    job (a node of eight starved ranks beside thousands of other threads).
+
+    A thread contends when its rate is known (the sampler may leave a nearly idle unwatched
+    process's threads unknown: not a contender), it used at least ``neighbour_floor_percent``
+    of a CPU, and either it wanted a CPU ``busy_demand`` of the interval (run + wait, where
+    the wait is known), used ``other_busy_percent``, or took at least half its fair share of
+    the CPU it ran on: 100% over the threads that ran there above the floor. Several spinners
+    sharing a saturated CPU with a job each get less than 20%, yet each takes the job's turn;
+    a daemon at 6% on a CPU it shares with one other thread does not."""
 
     def __init__(self, snap: Snapshot, t: Thresholds) -> None:
         self._snap = snap
         self._t = t
         self._by_process: list[tuple[ProcessRates, list[ThreadRates]]] | None = None
 
+    def _crowd(self) -> dict[int, int]:
+        """Per CPU, the threads that ran there above the floor (``psr`` is where each last ran)."""
+        crowd: dict[int, int] = {}
+        floor = self._t.neighbour_floor_percent
+        for p in self._snap.processes:
+            for th in p.threads:
+                if th.sample.psr is not None and th.cpu_percent is not None and th.cpu_percent >= floor:
+                    crowd[th.sample.psr] = crowd.get(th.sample.psr, 0) + 1
+        return crowd
+
+    def contends(self, th: ThreadRates, crowd: Mapping[int, int]) -> bool:
+        t = self._t
+        if th.cpu_percent is None or th.cpu_percent < t.neighbour_floor_percent:
+            return False
+        if th.cpu_percent >= t.other_busy_percent:
+            return True
+        if th.wait_ns_delta is not None and demand(th, self._snap.interval_s) >= t.busy_demand:
+            return True
+        sharing = crowd.get(th.sample.psr, 1) if th.sample.psr is not None else 1
+        return th.cpu_percent >= 0.5 * 100.0 / max(sharing, 1)
+
     def by_process(self) -> list[tuple[ProcessRates, list[ThreadRates]]]:
         if self._by_process is None:
-            floor = self._t.other_busy_percent
+            crowd = self._crowd()
             self._by_process = []
             for p in self._snap.processes:
-                busy = [th for th in p.threads if th.cpu_percent is not None and th.cpu_percent >= floor]
+                busy = [th for th in p.threads if self.contends(th, crowd)]
                 if busy:
                     self._by_process.append((p, busy))
         return self._by_process
 
+    def of(self, pid: int) -> list[ThreadRates]:
+        """The contending threads of process ``pid`` (none when it has none)."""
+        return next((threads for p, threads in self.by_process() if p.sample.pid == pid), [])
 
-def _others_on(cpus: CpuSet, job: Job, busy: BusyThreads) -> list[dict[str, Any]]:
-    """Other processes whose busy threads ran on ``cpus`` in the interval."""
+
+# The name the rules used before neighbours were judged by their fair share.
+BusyThreads = Neighbours
+
+
+def _others_on(cpus: CpuSet, job: Job, busy: Neighbours) -> list[dict[str, Any]]:
+    """Other processes whose contending threads ran on ``cpus`` in the interval."""
     found = []
     for p, threads in busy.by_process():
         if p.sample.pid in job.pids:
@@ -339,7 +413,7 @@ def _pinned(p: ProcessRates, topology: Topology) -> CpuSet | None:
 
 
 def rule_contended(
-    job: Job, snap: Snapshot, ctx: Context, jobs: Sequence[Job], everyone: BusyThreads | None = None
+    job: Job, snap: Snapshot, ctx: Context, jobs: Sequence[Job], everyone: Neighbours | None = None
 ) -> list[Finding]:
     t = ctx.thresholds
     findings = []
@@ -347,7 +421,7 @@ def rule_contended(
     ratio = wait_ratio(th for _, th in busy)
     ran_on = frozenset(th.sample.psr for _, th in busy if th.sample.psr is not None and th.ran)
     if ratio is not None and ratio >= t.starved_warn and ran_on:
-        others = _others_on(ran_on, job, everyone or BusyThreads(snap, t))
+        others = _others_on(ran_on, job, everyone or Neighbours(snap, t))
         if others:
             names = ", ".join(f"{o['pid']} ({term_safe(o['name'])})" for o in others[:5])
             more = f" and {len(others) - 5} more" if len(others) > 5 else ""
@@ -376,7 +450,8 @@ def rule_contended(
                         Severity.WARN,
                         job.pid,
                         (job.pid,),
-                        f"its mask ({format_cpulist(mine)}) overlaps the mask of training process "
+                        f"its mask ({format_cpulist(mine)}) overlaps the mask of "
+                        f"{'training process' if other.training else 'process'} "
                         f"{other.pid} ({term_safe(other.root.sample.name)}, {format_cpulist(theirs)}) on CPUs "
                         f"{format_cpulist(mine & theirs)}",
                         {
@@ -407,7 +482,7 @@ def _merge_same_code(findings: list[Finding]) -> list[Finding]:
 
 def rule_cross_numa(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
     topo = ctx.topology
-    if len(topo.cpu_numa_nodes) < 2:
+    if len(topo.cpu_numa_nodes) < 2 or not job.training:
         return []
     findings = []
     for gpu in job_gpus(job, snap):
@@ -469,6 +544,8 @@ def rule_cross_numa(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
 
 
 def rule_gpu_starved(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
+    if not job.training:
+        return []
     t = ctx.thresholds
     busy = busy_threads(job, snap.interval_s, t)
     ratio = wait_ratio(th for _, th in busy) or 0.0
@@ -567,7 +644,7 @@ def evaluate(snapshot: Snapshot, ctx: Context) -> list[Finding]:
     """Every rule on one interval, before debouncing."""
     jobs = find_jobs(snapshot)
     findings: list[Finding] = []
-    everyone = BusyThreads(snapshot, ctx.thresholds)
+    everyone = Neighbours(snapshot, ctx.thresholds)
     for job in jobs:
         findings += rule_starved(job, snapshot, ctx)
         findings += rule_mask_too_narrow(job, snapshot, ctx)
