@@ -1,0 +1,326 @@
+"""Where a training loop's thread spends its time: five shares of one interval, summing to 1.
+
+Pure: the collector (``affmon.collect.loop``) hands in what it read, this module says what
+it means. The five shares of a thread's wall time over an interval:
+
+* ``on_cpu``: running, from ``schedstat`` (exact);
+* ``cpu_wait``: runnable but queued for a CPU, from ``schedstat`` (exact);
+* ``data_wait``, ``gpu_wait``, ``other``: the rest (blocked) is split in proportion to the
+  probes that found the thread blocked, each classified by the system call it sleeps in and
+  what the file it waits on is (``classify``). The blocked total is exact; the split is a
+  sample (tens of Hz, jittered so it cannot lock onto the loop's period).
+
+One share is inferred, not seen: CUDA's default synchronisation spins in user space, so a
+thread waiting for the GPU looks like a running one. When the stack sampler's probes are
+missing, the on-CPU time is counted as waiting for the GPU when the GPU was busy at least
+``spin_gpu_busy`` of the interval (a GPU that busy is the bottleneck: the loop's CPU work is
+hidden behind it). ``LoopBreakdown.spin_inferred`` says how much of ``gpu_wait`` came that way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from affmon.core.errors import ParseError
+
+ON_CPU = "on_cpu"
+CPU_WAIT = "cpu_wait"
+DATA_WAIT = "data_wait"
+GPU_WAIT = "gpu_wait"
+OTHER = "other"
+SHARES = (ON_CPU, CPU_WAIT, DATA_WAIT, GPU_WAIT, OTHER)
+BLOCKED_SHARES = (DATA_WAIT, GPU_WAIT, OTHER)
+
+RUNNING = "running"  # a probe's class: on a CPU or on a run queue (schedstat splits the two)
+UNKNOWN = "unknown"  # a probe that could not be read (no ptrace permission, thread gone)
+
+# What an fd a blocked call waits on is (``fd_kind``).
+FD_DATA = "data"  # a pipe shared with a worker process (the DataLoader's queues)
+FD_GPU = "gpu"  # a /dev/nvidia* device
+FD_OTHER = "other"
+
+# System call numbers by machine (``uname -m``), from the kernel's syscall tables.
+SYSCALL_NAMES: Mapping[str, Mapping[int, str]] = {
+    "x86_64": {
+        0: "read",
+        7: "poll",
+        16: "ioctl",
+        17: "pread64",
+        19: "readv",
+        23: "select",
+        24: "sched_yield",
+        35: "nanosleep",
+        45: "recvfrom",
+        47: "recvmsg",
+        202: "futex",
+        230: "clock_nanosleep",
+        232: "epoll_wait",
+        270: "pselect6",
+        271: "ppoll",
+        281: "epoll_pwait",
+        299: "recvmmsg",
+        441: "epoll_pwait2",
+    },
+    "aarch64": {
+        22: "epoll_pwait",
+        29: "ioctl",
+        63: "read",
+        65: "readv",
+        67: "pread64",
+        72: "pselect6",
+        73: "ppoll",
+        98: "futex",
+        101: "nanosleep",
+        115: "clock_nanosleep",
+        124: "sched_yield",
+        207: "recvfrom",
+        212: "recvmsg",
+        243: "recvmmsg",
+        441: "epoll_pwait2",
+    },
+}
+
+# Calls whose first argument is the fd they block on.
+FD_FIRST = frozenset({"read", "readv", "pread64", "recvfrom", "recvmsg", "recvmmsg", "ioctl"})
+# Calls that wait on a set of fds (the collector finds the set: poll's array, select's bitmap,
+# an epoll instance's fdinfo).
+FD_SET = frozenset({"poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2"})
+
+
+@dataclass(frozen=True, slots=True)
+class SyscallState:
+    """``/proc/PID/task/TID/syscall``: ``running``, or the call a blocked thread sleeps in.
+
+    ``number`` is -1 for a thread blocked outside any call (a page fault, a D state);
+    ``args`` are the six arguments."""
+
+    running: bool
+    number: int = -1
+    args: tuple[int, ...] = ()
+
+    def name(self, machine: str) -> str:
+        return SYSCALL_NAMES.get(machine, {}).get(self.number, f"syscall {self.number}")
+
+
+def parse_syscall(text: str) -> SyscallState:
+    """Parse the ``syscall`` file: ``running``, ``-1 SP PC``, or ``NR A1..A6 SP PC`` (hex
+    arguments). Anything else raises ``ParseError``."""
+    parts = text.split()
+    if parts == ["running"]:
+        return SyscallState(running=True)
+    if not parts:
+        raise ParseError("empty syscall file")
+    try:
+        number = int(parts[0], 10) if parts[0].lstrip("-").isdigit() and parts[0].isascii() else None
+        if number is None or number < -1 or len(parts[0]) > 6:
+            raise ValueError(parts[0])
+        if number == -1:
+            return SyscallState(running=False)
+        if len(parts) < 7:
+            raise ValueError("too few fields")
+        args = tuple(_hex(a) for a in parts[1:7])
+    except ValueError:
+        raise ParseError(f"bad syscall line {text.strip()[:60]!r}") from None
+    return SyscallState(running=False, number=number, args=args)
+
+
+def _hex(text: str) -> int:
+    if not (text.startswith("0x") and 2 < len(text) <= 18 and all(c in "0123456789abcdef" for c in text[2:])):
+        raise ValueError(text)
+    return int(text, 16)
+
+
+def fd_kind(link: str | None, worker_links: frozenset[str]) -> str:
+    """What an fd is, from its ``/proc/PID/fd/N`` link: ``data`` when a worker process holds
+    the same pipe (``worker_links``: the pipe links of the children's fds), ``gpu`` for an
+    NVIDIA device, else ``other``."""
+    if link is None:
+        return FD_OTHER
+    if link in worker_links:
+        return FD_DATA
+    if link.startswith("/dev/nvidia"):
+        return FD_GPU
+    return FD_OTHER
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What one look at the loop thread found.
+
+    ``call`` is the system call's name (None: running or runnable; ``unknown``: not
+    readable); ``fd_kinds`` what the fds it waits on are; ``feeder_busy`` whether a thread
+    of the same process that feeds the loop from the workers (a pin-memory thread) was then
+    waiting on a worker's pipe or running."""
+
+    call: str | None
+    fd_kinds: tuple[str, ...] = ()
+    feeder_busy: bool = False
+
+
+def classify(probe: Probe) -> str:
+    """One probe's class: ``running``, ``unknown``, or a blocked share.
+
+    Blocked on a worker's pipe: data. On an NVIDIA fd, or yielding the CPU
+    (CUDA's yield mode): GPU. A futex while a feeder thread waits on or handles a batch:
+    data (the loop waits for the queue the feeder fills). Anything else (files, sleeps,
+    other locks, sockets of a collective): other."""
+    if probe.call is None:
+        return RUNNING
+    if probe.call == UNKNOWN:
+        return UNKNOWN
+    if FD_DATA in probe.fd_kinds:
+        return DATA_WAIT
+    if FD_GPU in probe.fd_kinds or probe.call == "sched_yield":
+        return GPU_WAIT
+    if probe.call == "futex" and probe.feeder_busy:
+        return DATA_WAIT
+    return OTHER
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """The loop's worker processes (the rank's children) over the same interval.
+
+    ``run_ns``/``wait_ns``: their threads' schedstat deltas summed. ``domain_cpus``: CPUs the
+    rank and its workers may run on; ``free_cpus``: idle capacity of those CPUs over the
+    interval (from ``/proc/stat``), in CPUs; None when unknown."""
+
+    count: int
+    run_ns: int
+    wait_ns: int
+    domain_cpus: int
+    free_cpus: float | None
+
+    def cpus_used(self, seconds: float) -> float:
+        return self.run_ns / (seconds * 1e9) if seconds > 0 else 0.0
+
+    @property
+    def wait_ratio(self) -> float | None:
+        total = self.run_ns + self.wait_ns
+        return self.wait_ns / total if total > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class LoopWindow:
+    """What the collector saw of one loop thread between two marks.
+
+    ``run_ns``/``wait_ns`` are schedstat deltas (None: schedstat unreadable). ``probes``
+    counts each class (``classify``) of the probes taken in the window. ``spin_probes``: on-CPU
+    probes a stack sampler placed in a GPU synchronisation, out of ``stack_probes`` on-CPU
+    probes it read (both None without a stack sampler)."""
+
+    pid: int
+    tid: int
+    seconds: float
+    run_ns: int | None
+    wait_ns: int | None
+    probes: Mapping[str, int] = field(default_factory=dict)
+    syscall_readable: bool = True
+    workers: WorkerStats | None = None
+    spin_probes: int | None = None
+    stack_probes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoopBreakdown:
+    """The five shares of a loop thread's interval (summing to 1) and how they were had.
+
+    ``blocked_split``: False when the blocked time could not be split (no probe of it was
+    readable): it is then all in ``other`` and ``unavailable`` says why. ``spin_inferred``:
+    the part of ``gpu_wait`` moved from on-CPU time by the GPU-busy rule (0 when a stack
+    sampler measured it, or when the rule did not apply)."""
+
+    pid: int
+    tid: int
+    seconds: float
+    shares: Mapping[str, float]
+    gpu_busy: float | None
+    blocked_split: bool
+    spin_inferred: float
+    blocked_probes: int
+    unavailable: str | None = None
+
+    def share(self, name: str) -> float:
+        return self.shares[name]
+
+    @property
+    def largest(self) -> str:
+        return max(SHARES, key=lambda s: self.shares[s])
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "pid": self.pid,
+            "tid": self.tid,
+            "seconds": round(self.seconds, 3),
+            **{name: round(self.shares[name], 3) for name in SHARES},
+            "gpu_busy": None if self.gpu_busy is None else round(self.gpu_busy, 3),
+            "spin_inferred": round(self.spin_inferred, 3),
+            "blocked_split": self.blocked_split,
+            "blocked_probes": self.blocked_probes,
+            "unavailable": self.unavailable,
+        }
+
+
+SPIN_GPU_BUSY = 0.9
+
+
+def breakdown(window: LoopWindow, gpu_busy: float | None, spin_gpu_busy: float = SPIN_GPU_BUSY) -> LoopBreakdown | None:
+    """The window's five shares, beside ``gpu_busy`` (the GPU's busy share of the same
+    interval, 0..1, None when unknown). None when schedstat was unreadable or the window is
+    empty: then nothing here is exact."""
+    if window.run_ns is None or window.wait_ns is None or window.seconds <= 0:
+        return None
+    wall_ns = window.seconds * 1e9
+    run = max(0.0, float(window.run_ns))
+    wait = max(0.0, float(window.wait_ns))
+    # The two marks are a few microseconds apart from the schedstat reads: clamp, never scale up.
+    total = max(wall_ns, run + wait)
+    on_cpu, cpu_wait = run / total, wait / total
+    blocked = max(0.0, 1.0 - on_cpu - cpu_wait)
+    counts = {name: int(window.probes.get(name, 0)) for name in BLOCKED_SHARES}
+    seen = sum(counts.values())
+    shares = {ON_CPU: on_cpu, CPU_WAIT: cpu_wait, DATA_WAIT: 0.0, GPU_WAIT: 0.0, OTHER: 0.0}
+    unavailable = None
+    if seen:
+        for name in BLOCKED_SHARES:
+            shares[name] = blocked * counts[name] / seen
+    else:
+        shares[OTHER] = blocked
+        if not window.syscall_readable:
+            unavailable = "the thread's syscall file is not readable (needs ptrace permission: the same user, or root)"
+        elif blocked >= 0.05:
+            unavailable = "no probe found the thread blocked"
+    spin = 0.0
+    if window.spin_probes is not None and window.stack_probes:
+        moved = on_cpu * min(1.0, window.spin_probes / window.stack_probes)
+        shares[ON_CPU] -= moved
+        shares[GPU_WAIT] += moved
+    elif gpu_busy is not None and gpu_busy >= spin_gpu_busy:
+        spin = shares[ON_CPU]
+        shares[GPU_WAIT] += spin
+        shares[ON_CPU] = 0.0
+    return LoopBreakdown(
+        pid=window.pid,
+        tid=window.tid,
+        seconds=window.seconds,
+        shares=shares,
+        gpu_busy=gpu_busy,
+        blocked_split=bool(seen),
+        spin_inferred=spin,
+        blocked_probes=seen,
+        unavailable=unavailable,
+    )
+
+
+_WORDS = {DATA_WAIT: "data", GPU_WAIT: "GPU", ON_CPU: "CPU", CPU_WAIT: "waiting for a CPU", OTHER: "other"}
+
+
+def describe(b: LoopBreakdown, floor: float = 0.01) -> str:
+    """One line, largest share first: ``GPU busy 34%; loop: data 61%, GPU 22%, CPU 12%,
+    waiting for a CPU 3%``. Shares under ``floor`` are left out."""
+    gpu = "GPU busy -" if b.gpu_busy is None else f"GPU busy {b.gpu_busy:.0%}"
+    parts = [
+        f"{_WORDS[n]} {b.shares[n]:.0%}" for n in sorted(SHARES, key=lambda n: -b.shares[n]) if b.shares[n] >= floor
+    ]
+    return f"{gpu}; loop: {', '.join(parts) or 'idle'}"
