@@ -18,10 +18,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from affmon.commands.plan import bus_id_for, gpu_from_env
+from affmon.commands.plan import local_rank_from_env
 from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.errors import AffmonError
 from affmon.core.topology import Topology
+from affmon.core.visible import job_gpus
+from affmon.sources.job_gpus import nvml_gpu_refs
 from affmon.sources.live import load_topology
 
 
@@ -54,8 +56,13 @@ def main(argv: list[str] | None = None) -> int:
         if not command and not a.dry_run:
             raise AffmonError("needs a command after --")
         topology = load_topology(hwloc_xml=a.hwloc_xml)
-        entry, local_rank = gpu_from_env()
-        bus_id = bus_id_for(entry, topology, use_nvml=a.hwloc_xml is None)
+        local_rank = local_rank_from_env()
+        refs = nvml_gpu_refs() if a.hwloc_xml is None else None
+        job = job_gpus(topology, os.environ.get("CUDA_VISIBLE_DEVICES"), refs)
+        found = job.devices[local_rank] if local_rank < len(job.devices) else None
+        if found is None:
+            raise AffmonError(f"LOCAL_RANK {local_rank}: no such GPU in {job.source}")
+        bus_id = found
         own, node, cpus = wrong_node(topology, bus_id)
     except AffmonError as exc:
         sys.stderr.write(f"cross_numa: {exc}\n")
