@@ -14,7 +14,7 @@ same quarter of the CPUs); ``affmon_plan``; ``cross_numa`` (each rank on a NUMA 
 is not its GPU's, by bench/cross_numa.py; skipped, and said, on a machine with one node);
 ``torch_numa`` (``--numa-binding node``). Rounds after the first run in alternating
 order. ``--states`` instead changes the placement of one running job (see run_states):
-between launches the same placement varied by 10% on the lent machines, within one job
+between launches the same placement varied by 10% on the H200 VMs, within one job
 far less. Prints tables (OUT/table.md, OUT/states.md); the machine as affmon, nvidia-smi
 and hwloc read it goes to OUT/topology.txt.
 """
