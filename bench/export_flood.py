@@ -219,13 +219,13 @@ def exporter(command: list[str], nofile: int | None = None, *, hard: bool = Fals
 
 
 def affmon_export(pid: int, *, interval_s: float = 1.0, threads: bool = True) -> list[str]:
-    extra = ["--threads"] if threads else []
+    extra = ["--threads", "--max-threads", "1000000"] if threads else []  # every thread, as measured
     listen = ["--listen", f"{LOOPBACK}:0"]
     return [sys.executable, "-m", "affmon", "export", *listen, "--pid", str(pid), "--interval", str(interval_s), *extra]
 
 
 def old_export(pid: int, *, interval_s: float = 1.0, threads: bool = True) -> list[str]:
-    extra = ["--threads"] if threads else []
+    extra = ["--threads", "--max-threads", "1000000"] if threads else []  # every thread, as measured
     return [sys.executable, __file__, "--serve-old", "--pid", str(pid), "--interval", str(interval_s), *extra]
 
 

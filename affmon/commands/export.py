@@ -51,7 +51,8 @@ def listen_address(text: str) -> tuple[str, int]:
 
 
 def add_export_parser(subparsers: argparse._SubParsersAction[Any]) -> argparse.ArgumentParser:
-    from affmon.commands.argtypes import pid, seconds  # the same checks and messages as every other command
+    from affmon.commands.argtypes import count, pid, seconds  # the same checks and messages as every other command
+    from affmon.export.families import MAX_THREADS
 
     export: argparse.ArgumentParser = subparsers.add_parser(
         "export", help="serve placement, findings and GPUs as Prometheus metrics"
@@ -66,6 +67,14 @@ def add_export_parser(subparsers: argparse._SubParsersAction[Any]) -> argparse.A
     export.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling interval")
     export.add_argument("--pid", type=pid, action="append", default=[], help="export PID and its descendants only")
     export.add_argument("--threads", action="store_true", help="also per-thread series (many; see docs/export.md)")
+    export.add_argument(
+        "--max-threads",
+        type=count(1, 1_000_000),
+        default=MAX_THREADS,
+        metavar="N",
+        help=f"with --threads: per-thread series for at most N threads, the busiest over the last interval; "
+        f"affmon_export_threads_left_out counts the rest (default {MAX_THREADS})",
+    )
     return export
 
 
@@ -85,6 +94,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             src.topology,
             interval_s=args.interval,
             threads=args.threads,
+            max_threads=args.max_threads,
             nvml_available=src.gateway is not None and src.gateway.available,
             expected_masks=PinnedMasks(),
         )

@@ -134,6 +134,14 @@ EXPORT_LAST = _exporter(
 EXPORT_DURATION = _exporter("sample_duration_seconds", "gauge", "What the latest sample cost, wall time.")
 EXPORT_CPU = _exporter("cpu_seconds_total", "counter", "CPU time of the exporter itself.")
 EXPORT_NVML = _exporter("nvml_available", "gauge", "1 when NVML answered at start, 0 when running CPU-only.")
+EXPORT_THREADS_LEFT_OUT = MetricSpec(
+    "affmon_export_threads_left_out",
+    "gauge",
+    (),
+    "Threads of watched processes given no per-thread series in this scrape: past --max-threads, the least "
+    "busy (CPU time plus run-queue wait over the last interval) are left out.",
+    per_thread=True,
+)
 
 CATALOGUE: tuple[MetricSpec, ...] = (
     PROCESS_CPU,
@@ -172,4 +180,5 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     EXPORT_DURATION,
     EXPORT_CPU,
     EXPORT_NVML,
+    EXPORT_THREADS_LEFT_OUT,
 )

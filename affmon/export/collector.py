@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from affmon.export.catalogue import CATALOGUE, MetricSpec
-from affmon.export.families import families
+from affmon.export.families import MAX_THREADS, families
 from affmon.export.state import ExportState
 
 
@@ -23,9 +23,12 @@ def _empty(spec: MetricSpec) -> CounterMetricFamily | GaugeMetricFamily:
 
 
 class StateCollector:
-    def __init__(self, latest: Callable[[], ExportState], *, threads: bool = False) -> None:
+    def __init__(
+        self, latest: Callable[[], ExportState], *, threads: bool = False, max_threads: int = MAX_THREADS
+    ) -> None:
         self._latest = latest
         self.threads = threads
+        self.max_threads = max_threads
 
     def describe(self) -> Iterator[Metric]:
         """Names only, so registering never runs ``collect``."""
@@ -34,7 +37,7 @@ class StateCollector:
                 yield _empty(spec)
 
     def collect(self) -> Iterator[Metric]:
-        for family in families(self._latest(), threads=self.threads):
+        for family in families(self._latest(), threads=self.threads, max_threads=self.max_threads):
             metric = _empty(family.spec)
             for labels, value in family.series:
                 metric.add_metric(labels, value)

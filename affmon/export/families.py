@@ -3,21 +3,29 @@ frozen values. What prometheus-client then formats (``collector.py``) is exactly
 
 A value that is unknown (``None``: no schedstat, NVML said NotSupported, a GPU lost)
 gives no series rather than a made-up zero. Per-thread families only with
-``threads=True``: they multiply the series by the thread count (docs/export.md).
+``threads=True``: they multiply the series by the thread count (docs/export.md), so they
+are served for at most ``max_threads`` threads, the busiest over the last interval, and
+``affmon_export_threads_left_out`` counts the rest. One process of 100,000 threads then
+costs a scrape what ``max_threads`` threads cost, not 900,000 series.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from affmon.core.findings import Finding
-from affmon.core.rates import ProcessRates, Snapshot
+from affmon.core.rates import ProcessRates, Snapshot, ThreadRates
 from affmon.export import catalogue as m
 from affmon.export.catalogue import CATALOGUE, MetricSpec
 from affmon.export.state import ExportState, ProcessTotals, gpu_key
 
 Series = tuple[tuple[str, ...], float]  # label values in the spec's label order, value
+
+# Threads given per-thread series by default: 9 series each, about 0.75 MB of text for all
+# of them (docs/export.md, "Cost").
+MAX_THREADS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +81,27 @@ def _process(out: _Builder, p: ProcessRates, totals: ProcessTotals | None, state
     out.add(m.PROCESS_INFO, (*labels, s.user, job, _joined(s.gpu_indices), _joined(nodes)), 1)
 
 
-def _threads(out: _Builder, p: ProcessRates, snap: Snapshot) -> None:
+def _demand_ns(th: ThreadRates) -> int:
+    """How much the thread wanted a CPU over the last interval: ran plus waited to run."""
+    return (th.cpu_ns_delta or 0) + (th.wait_ns_delta or 0)
+
+
+def busiest(processes: Iterable[ProcessRates], limit: int) -> tuple[set[tuple[int, int]], int]:
+    """The (pid, tid) of at most ``limit`` threads, the busiest first (ties: lower pid, then
+    lower tid), and how many threads were left out. O(threads x log limit): one pass, a heap
+    of ``limit``."""
+    keyed = [(_demand_ns(th), -p.sample.pid, -th.sample.tid) for p in processes for th in p.threads]
+    if len(keyed) <= limit:
+        return {(-pid, -tid) for _, pid, tid in keyed}, 0
+    kept = heapq.nlargest(limit, keyed)
+    return {(-pid, -tid) for _, pid, tid in kept}, len(keyed) - len(kept)
+
+
+def _threads(out: _Builder, p: ProcessRates, snap: Snapshot, served: set[tuple[int, int]]) -> None:
     for th in p.threads:
         t = th.sample
+        if (p.sample.pid, t.tid) not in served:
+            continue
         labels = (p.sample.pid, p.sample.name, t.tid, t.name)
         out.add(m.THREAD_CPU, labels, _seconds(t.cpu_ns))
         out.add(m.THREAD_WAIT, labels, _seconds(t.wait_ns))
@@ -113,18 +139,20 @@ def _gpus(out: _Builder, state: ExportState, snap: Snapshot) -> None:
         out.add(m.GPU_LINK_MAX_WIDTH, labels, link.max_width)
 
 
-def families(state: ExportState, *, threads: bool = False) -> tuple[Family, ...]:
-    """Every family of the catalogue (per-thread ones only with ``threads``), in its order;
-    a family with no series still says what it would hold."""
+def families(state: ExportState, *, threads: bool = False, max_threads: int = MAX_THREADS) -> tuple[Family, ...]:
+    """Every family of the catalogue (per-thread ones only with ``threads``, for at most
+    ``max_threads`` threads), in its order; a family with no series still says what it
+    would hold."""
     out = _Builder(threads)
     snap = state.snapshot
+    left_out = 0
     if snap is not None:
-        for p in snap.processes:
-            if not p.sample.watched or p.sample.kernel:
-                continue  # sampled only as "what else runs there"
+        watched = [p for p in snap.processes if p.sample.watched and not p.sample.kernel]  # others: "what else runs"
+        served, left_out = busiest(watched, max_threads) if threads else (set(), 0)
+        for p in watched:
             _process(out, p, state.totals.processes.get(p.sample.key), state, snap)
             if threads:
-                _threads(out, p, snap)
+                _threads(out, p, snap, served)
         for f in state.findings:
             _finding(out, f, snap)
         _gpus(out, state, snap)
@@ -134,4 +162,5 @@ def families(state: ExportState, *, threads: bool = False) -> tuple[Family, ...]
     out.add(m.EXPORT_DURATION, (), state.sample_duration_s)
     out.add(m.EXPORT_CPU, (), state.exporter_cpu_s)
     out.add(m.EXPORT_NVML, (), 1 if state.nvml_available else 0)
+    out.add(m.EXPORT_THREADS_LEFT_OUT, (), left_out)  # kept out by _Builder without ``threads``
     return out.families()

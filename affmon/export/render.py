@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from affmon.export.collector import StateCollector
+from affmon.export.families import MAX_THREADS
 from affmon.export.state import ExportState
 
 if TYPE_CHECKING:
@@ -88,12 +89,14 @@ class Renderer:
         latest: Callable[[], ExportState],
         *,
         threads: bool = False,
+        max_threads: int = MAX_THREADS,
         shapes: int = 4,
         on_request: Callable[[], None] | None = None,
     ) -> None:
         self._latest = latest
         self._on_request = on_request  # told of every request (the sampler paces itself by them)
         self._threads = threads
+        self._max_threads = max_threads
         self._shapes = shapes
         self._render_lock = threading.Lock()  # held for a whole render
         self._books_lock = threading.Lock()  # held for a lookup: the server's loop never waits for a render
@@ -105,7 +108,7 @@ class Renderer:
     def _app_for(self, state: ExportState) -> WSGIApplication:
         if self._app is None or self._app[0] is not state:
             registry = CollectorRegistry(auto_describe=False)
-            registry.register(StateCollector(lambda: state, threads=self._threads))
+            registry.register(StateCollector(lambda: state, threads=self._threads, max_threads=self._max_threads))
             self._app = (state, make_wsgi_app(registry))
         return self._app[1]
 

@@ -24,6 +24,7 @@ from affmon.core.fmt import term_safe
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
 from affmon.export.collector import StateCollector
+from affmon.export.families import MAX_THREADS
 from affmon.export.pace import Pace
 from affmon.export.render import Renderer
 from affmon.export.server import CONNECTION_LIMIT, HELD_BYTES_LIMIT, IDLE_TIMEOUT_S, MetricsServer, format_address
@@ -47,6 +48,7 @@ class Exporter:
         *,
         interval_s: float = 1.0,
         threads: bool = False,
+        max_threads: int = MAX_THREADS,
         nvml_available: bool = False,
         expected_masks: Callable[[], ExpectedMasks] = _no_masks,
         connection_limit: int = CONNECTION_LIMIT,
@@ -61,10 +63,12 @@ class Exporter:
         # The latest state as a registry, for a caller that formats or serves it another way;
         # the HTTP server renders through ``renderer``, once per state and request shape.
         self.registry = CollectorRegistry()
-        self.registry.register(StateCollector(lambda: self._state, threads=threads))
+        self.registry.register(StateCollector(lambda: self._state, threads=threads, max_threads=max_threads))
         self.pace = Pace(interval_s)
         self._pace_lock = threading.Lock()
-        self.renderer = Renderer(lambda: self._state, threads=threads, on_request=self._scraped)
+        self.renderer = Renderer(
+            lambda: self._state, threads=threads, max_threads=max_threads, on_request=self._scraped
+        )
         self._limits = {
             "connection_limit": connection_limit,
             "idle_timeout_s": idle_timeout_s,
