@@ -225,7 +225,7 @@ def affmon_export(pid: int, *, interval_s: float = 1.0, threads: bool = True) ->
 
 
 def old_export(pid: int, *, interval_s: float = 1.0, threads: bool = True) -> list[str]:
-    extra = ["--threads", "--max-threads", "1000000"] if threads else []  # every thread, as measured
+    extra = ["--threads"] if threads else []
     return [sys.executable, __file__, "--serve-old", "--pid", str(pid), "--interval", str(interval_s), *extra]
 
 
@@ -405,7 +405,9 @@ def serve_old(a: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with live_sources(Selection(pids=(a.pid,), others=True)) as src:
-        live = LiveExporter(src.sampler.sample, src.topology, interval_s=a.interval, threads=a.threads)
+        live = LiveExporter(
+            src.sampler.sample, src.topology, interval_s=a.interval, threads=a.threads, max_threads=1_000_000
+        )
         server, _ = start_http_server(0, LOOPBACK, registry=live.registry)
         live.start()
         sys.stderr.write(f"affmon export (old server): serving http://{LOOPBACK}:{server.server_address[1]}/metrics\n")
