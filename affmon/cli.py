@@ -124,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --isolate: also move other users' processes and deliberately pinned ones",
     )
+    pin.add_argument(
+        "--migrate-memory",
+        action="store_true",
+        help="then move the process's pages to the NUMA node of those CPUs (migrate_pages(2); journaled)",
+    )
     pin.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     pin.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling for --suggest")
     pin.add_argument("--json", action="store_true", help="print JSON")

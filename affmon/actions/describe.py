@@ -1,5 +1,6 @@
 """What a pin or an undo did, in plain lines: each thread touched (PID, TID, status, mask
-before -> after, and why), then what it comes to. Next to the actions they describe, so
+before -> after, and why), then what it comes to, and what became of the process's
+memory when the pin was asked to move it. Next to the actions they describe, so
 every front end (the commands, the monitor's dialogs) says it the same way. Messages may
 quote process names: they pass through ``term_safe``."""
 
@@ -39,6 +40,8 @@ def result_text(result: PinResult) -> list[str]:
         else:
             state = "some threads could not be put back (`affmon undo` retries)"
         lines.append(f"pin failed ({summary or 'no thread changed'}); {state}")
+    if result.memory is not None:
+        lines.append(f"memory: {term_safe(result.memory.message)}")
     if result.warning:
         lines.append(f"warning: {result.warning}")
     return lines
@@ -50,4 +53,5 @@ def undo_text(result: UndoResult) -> list[str]:
     lines = [thread_line(t) for t in result.threads]
     if result.ok or result.entry_ids:
         lines.append(f"undid {len(result.entry_ids)} pin(s): {', '.join(result.entry_ids) or 'none'}")
+    lines += [f"memory: {term_safe(note)}" for note in result.notes]
     return lines

@@ -1,6 +1,6 @@
 """What the journal holds: one entry per pin, each thread's mask before affmon changed it,
-and the JSON line each is written as. Pure values; ``affmon.actions.journal`` reads and
-writes them."""
+a migration of the pinned process's memory when one was asked for, and the JSON line
+each is written as. Pure values; ``affmon.actions.journal`` reads and writes them."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from typing import Any, Literal, cast
 from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
 from affmon.core.errors import AffmonError, ParseError
 
+MemoryState = Literal["pending", "moved", "failed"]
 EntryState = Literal["pending", "applied", "rolled-back", "undone", "expired"]
 ThreadRole = Literal["pin", "isolate"]
 ProcessKey = tuple[int, int]  # (PID, start time in clock ticks since boot): a process, not a recycled number
 _STATES: frozenset[str] = frozenset({"pending", "applied", "rolled-back", "undone", "expired"})
 _ROLES: frozenset[str] = frozenset({"pin", "isolate"})
+_MEMORY_STATES: frozenset[str] = frozenset({"pending", "moved", "failed"})
 FINISHED: frozenset[str] = frozenset({"rolled-back", "undone", "expired"})
 FORMAT_VERSION = 1
 KEEP_FINISHED = 20  # finished entries kept, as one-line summaries, for `affmon undo` to name
@@ -40,6 +42,37 @@ class ThreadRecord:
     role: ThreadRole = "pin"
 
 
+NodeBytes = tuple[tuple[int, int], ...]  # (NUMA node, resident bytes), by node
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """A migration of the pinned process's pages to its new CPUs' node (``pin
+    --migrate-memory``). Written before the system call ("pending": a crash leaves it
+    so, saying a migration may have begun), then with its outcome ("moved" or
+    "failed", ``error`` saying why). ``bytes_before``/``bytes_after``: resident bytes
+    per node as numa_maps counted them around the call (None: not readable);
+    ``pages_not_moved``: what ``migrate_pages(2)`` returned. ``undo`` never moves
+    memory back: it reads this only to say so."""
+
+    pid: int
+    from_nodes: tuple[int, ...]
+    to_node: int
+    state: MemoryState = "pending"
+    bytes_before: NodeBytes | None = None
+    bytes_after: NodeBytes | None = None
+    pages_not_moved: int | None = None
+    error: str | None = None
+
+    @property
+    def moved_bytes(self) -> int | None:
+        """Bytes that left the source nodes between the two reads, when both are known."""
+        if self.bytes_before is None or self.bytes_after is None:
+            return None
+        before, after = dict(self.bytes_before), dict(self.bytes_after)
+        return max(0, sum(before.get(n, 0) - after.get(n, 0) for n in self.from_nodes))
+
+
 @dataclass(frozen=True)
 class JournalEntry:
     id: str
@@ -53,6 +86,7 @@ class JournalEntry:
     # a pinned process, or a descendant, that started later and carries the pinned mask
     # inherited it from the pin, so undo gives it the mask it would have had.
     since_ticks: int | None = None
+    memory: MemoryRecord | None = None  # the migration of the target's pages, when one was asked for
 
     @property
     def pinned_pids(self) -> tuple[int, ...]:
@@ -94,7 +128,9 @@ def compact(entries: list[JournalEntry]) -> list[JournalEntry]:
 
 
 def encode(entry: JournalEntry) -> dict[str, Any]:
-    return {
+    """The entry's JSON object; ``memory`` only when a migration was asked for, so every
+    other entry keeps the shape it always had."""
+    data = {
         "version": FORMAT_VERSION,
         "id": entry.id,
         "time": entry.time_s,
@@ -114,6 +150,53 @@ def encode(entry: JournalEntry) -> dict[str, Any]:
             for t in entry.threads
         ],
     }
+    if entry.memory is not None:
+        data["memory"] = _encode_memory(entry.memory)
+    return data
+
+
+def _encode_memory(m: MemoryRecord) -> dict[str, Any]:
+    return {
+        "pid": m.pid,
+        "from_nodes": list(m.from_nodes),
+        "to_node": m.to_node,
+        "state": m.state,
+        "bytes_before": None if m.bytes_before is None else [list(pair) for pair in m.bytes_before],
+        "bytes_after": None if m.bytes_after is None else [list(pair) for pair in m.bytes_after],
+        "pages_not_moved": m.pages_not_moved,
+        "error": m.error,
+    }
+
+
+def _decode_memory(raw: Any) -> MemoryRecord | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError("memory is not a JSON object")
+    state = _text(raw["state"])
+    if state not in _MEMORY_STATES:
+        raise ValueError(f"unknown memory state {state!r}")
+    if not isinstance(raw["from_nodes"], list):
+        raise ValueError("from_nodes is not a list")
+    error = raw.get("error")
+    return MemoryRecord(
+        pid=_int(raw["pid"]),
+        from_nodes=tuple(_int(n) for n in raw["from_nodes"]),
+        to_node=_int(raw["to_node"]),
+        state=cast(MemoryState, state),
+        bytes_before=_node_bytes(raw.get("bytes_before")),
+        bytes_after=_node_bytes(raw.get("bytes_after")),
+        pages_not_moved=_optional_int(raw.get("pages_not_moved")),
+        error=None if error is None else _text(error),
+    )
+
+
+def _node_bytes(value: Any) -> NodeBytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(p, list) and len(p) == 2 for p in value):
+        raise ValueError("expected a list of [node, bytes] pairs")
+    return tuple((_int(node), _int(size)) for node, size in value)
 
 
 def decode(raw: Any) -> JournalEntry:
@@ -151,6 +234,7 @@ def decode(raw: Any) -> JournalEntry:
         state=cast(EntryState, state),
         threads=tuple(threads),
         since_ticks=_optional_int(raw.get("since_ticks")),
+        memory=_decode_memory(raw.get("memory")),
     )
 
 

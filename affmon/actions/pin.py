@@ -23,6 +23,16 @@ file system changes nothing.
 
 All system calls go through an ``AffinityOps``: ``OsAffinity`` for real,
 ``DryRunAffinity`` to see what would happen, or a test's wrapper that fails on demand.
+
+With ``move_memory`` (the user's consent: ``pin --migrate-memory``), once every thread is
+pinned and read back, the process's pages move to the node of the new CPUs
+(``affmon.actions.migrate``): the intent goes into the journal entry first, then the
+outcome (from which nodes, how many bytes, pages not moved). A migration the kernel
+refuses leaves the pin in force and is reported in ``PinResult.memory``; anything that
+interrupts it puts every thread back, as for any other failure, so threads are never
+left half pinned. CPUs that span NUMA nodes are refused before anything changes (there
+is no one node to move the memory to); on a machine with one node of CPUs nothing is
+moved and the result says so.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from typing import Literal
 
 from affmon.actions.isolate import IsolationPlan
 from affmon.actions.journal import Journal, JournalEntry, ProcessKey, ThreadRecord, new_entry_id
+from affmon.actions.migrate import MigrationResult, MoveMemory, migrate_after_pin, spans_nodes_message, target_node
 from affmon.actions.threads import (
     MAX_ROUNDS,
     AffinityOps,
@@ -55,7 +66,7 @@ from affmon.core.cpuset import MAX_CPU_ID, CpuSet, format_cpulist
 from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
 
-__all__ = ["AffinityOps", "DryRunAffinity", "OsAffinity", "PinResult", "ThreadResult", "pin"]
+__all__ = ["AffinityOps", "DryRunAffinity", "MoveMemory", "OsAffinity", "PinResult", "ThreadResult", "pin"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +78,9 @@ class PinResult:
     ``warning`` is one line when it succeeded but some mask in force is not the one asked
     for (the kernel intersected it with a cpuset, or the program re-pinned itself), or
     when it replaced an earlier pin of the same process. ``changed``: whether any mask
-    was changed at all (a pin refused before it began changed nothing)."""
+    was changed at all (a pin refused before it began changed nothing). ``memory``: what
+    the migration of the process's pages did, when one was asked for and the threads
+    were pinned (``memory.ok`` False: the pin stands, the memory did not move)."""
 
     ok: bool
     cpus: CpuSet
@@ -78,6 +91,7 @@ class PinResult:
     dry_run: bool = False
     warning: str | None = None
     changed: bool = False
+    memory: MigrationResult | None = None
 
     def by_status(self, status: ThreadStatus) -> tuple[ThreadResult, ...]:
         return tuple(t for t in self.threads if t.status == status)
@@ -99,16 +113,19 @@ def pin(
     isolate: bool = False,
     isolate_candidates: Sequence[ProcessKey] = (),
     isolate_all: bool = False,
+    move_memory: MoveMemory | None = None,
 ) -> PinResult:
     """Set every thread of ``pid`` (with its descendants when ``with_children``) to
     ``cpus``; with ``isolate``, also move the threads of ``isolate_candidates`` (PID,
     start time) off them, those the isolation rule allows (all but PID 1 and kernel
     threads with ``isolate_all``). ``start_ticks``: the start time of the process meant;
-    another process holding the PID now is refused. Never raises for a system refusal:
-    the result says what happened."""
+    another process holding the PID now is refused. ``move_memory``: then move the
+    process's pages to the node of ``cpus`` (module doc). Never raises for a system
+    refusal: the result says what happened."""
     job = _Pin(pid, frozenset(cpus), with_children, root, ops or OsAffinity(), journal)
     job.expected_start = start_ticks
     job.isolate_all = isolate_all
+    job.move_memory = move_memory
     return job.run(isolate_candidates if isolate else ())
 
 
@@ -134,6 +151,8 @@ class _Pin:
         self.isolate_all = False
         self.notes: list[str] = []
         self.in_force: list[JournalEntry] = []  # the journal's pins in force when this one began
+        self.move_memory: MoveMemory | None = None
+        self.memory: MigrationResult | None = None
 
     def run(self, isolate_candidates: Sequence[ProcessKey]) -> PinResult:
         if self.journal is None:
@@ -153,6 +172,8 @@ class _Pin:
             self._read_back()
             if isolate_candidates:
                 self._isolate(isolate_candidates)
+            if self.move_memory is not None:
+                self._migrate(self.move_memory)
             if self.entry_written:
                 self._set_state("applied")
         except (_Failure, AffmonError) as exc:
@@ -171,6 +192,10 @@ class _Pin:
             return "no CPUs given to pin to"
         if any(c < 0 or c > MAX_CPU_ID for c in self.cpus):
             return f"not a CPU number in {sorted(self.cpus)[:8]}"
+        if self.move_memory is not None:
+            topology = self.move_memory.topology
+            if len(topology.cpu_numa_nodes) > 1 and target_node(topology, self.cpus) is None:
+                return spans_nodes_message(topology, self.cpus)
         stat = self._stat(self.pid)
         if stat is None:
             return f"no such process: {self.pid}"
@@ -326,6 +351,17 @@ class _Pin:
                 self.changed = True
                 self._note_after(record.tid, "moved", new)
 
+    # -- memory ------------------------------------------------------------------
+
+    def _migrate(self, request: MoveMemory) -> None:
+        assert self.entry is not None
+        journal = self.journal if self.entry_written else None
+        self.memory, self.entry, note = migrate_after_pin(
+            self.entry, journal, self.cpus, request, dry_run=self.dry_run, root=self.root
+        )
+        if note:
+            self.notes.append(note)
+
     # -- rollback ----------------------------------------------------------------
 
     def _fail(self, reason: str) -> PinResult:
@@ -429,4 +465,5 @@ class _Pin:
             dry_run=self.dry_run,
             warning=warning,
             changed=self.changed,
+            memory=self.memory if ok else None,
         )

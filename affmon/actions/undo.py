@@ -7,6 +7,11 @@ pinned mask must be given back the mask it would have had without the pin. The j
 is locked and proved writable before the first mask changes, so an undo on a read-only
 or full file system changes nothing; if a write fails later, the result says exactly
 which entries were undone and which threads were restored.
+
+Undo never moves memory. A pin made with ``--migrate-memory`` moved the process's pages
+by node (``migrate_pages(2)``); the pages that were on the target node before cannot be
+told from those moved there, so moving "them back" would move all of them. The result
+says, for each such entry, that its memory stays where the pin put it.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class UndoResult:
     entry_ids: tuple[str, ...]
     threads: tuple[ThreadResult, ...]
     error: str | None
+    notes: tuple[str, ...] = ()  # what undo left as it was: memory a pin moved
 
 
 def still_there(proc: ProcFs, record: ThreadRecord) -> bool:
@@ -109,7 +115,21 @@ def _undo_locked(
     error = None
     if failed:
         error = f"{len(failed)} thread(s) could not be put back: {failed[0].message}"
-    return UndoResult(not failed, tuple(done), tuple(threads), error)
+    notes = tuple(_memory_note(e) for e in reversed(live) if e.id in done and e.memory is not None)
+    return UndoResult(not failed, tuple(done), tuple(threads), error, notes)
+
+
+def _memory_note(entry: JournalEntry) -> str:
+    memory = entry.memory
+    assert memory is not None
+    if memory.state == "failed":
+        return f"{entry.id}: its memory migration had failed; no page was moved back"
+    moved = memory.moved_bytes
+    amount = f"{moved / (1 << 20):.0f} MiB of PID {memory.pid}'s memory" if moved else f"PID {memory.pid}'s memory"
+    return (
+        f"{entry.id}: {amount} moved to node {memory.to_node} by the pin stays there"
+        " (undo puts back thread masks, not pages)"
+    )
 
 
 def _nothing_for(pid: int, entries: list[JournalEntry], journal: Journal) -> str:

@@ -14,7 +14,8 @@ from typing import Any
 
 from affmon.actions.describe import result_text, undo_text
 from affmon.actions.journal import Journal, default_journal_path
-from affmon.actions.pin import DryRunAffinity, PinResult, pin
+from affmon.actions.migrate import MigrationResult, spans_nodes_message, target_node
+from affmon.actions.pin import DryRunAffinity, MoveMemory, PinResult, pin
 from affmon.actions.undo import undo
 from affmon.collect.identity import resolve_pid, tgid_of
 from affmon.collect.procfs import ProcFs
@@ -71,6 +72,7 @@ def pin_json(result: PinResult, suggestion: Suggestion | None) -> dict[str, Any]
         "warning": result.warning,
         "rolled_back": result.rolled_back,
         "journal_id": result.journal_id,
+        "memory": None if result.memory is None else memory_json(result.memory),
         "suggestion": None
         if suggestion is None
         else {
@@ -80,6 +82,22 @@ def pin_json(result: PinResult, suggestion: Suggestion | None) -> dict[str, Any]
             "warnings": list(suggestion.warnings),
         },
         "threads": [_thread_json(t) for t in result.threads],
+    }
+
+
+def memory_json(m: MigrationResult) -> dict[str, Any]:
+    """The migration of ``pin --migrate-memory``: resident bytes per node (numa_maps)
+    before and after, the pages the kernel could not move, and the one-line message."""
+    return {
+        "ok": m.ok,
+        "attempted": m.attempted,
+        "to_node": m.to_node,
+        "from_nodes": list(m.from_nodes),
+        "bytes_before": None if m.before is None else m.before.to_json(),
+        "bytes_after": None if m.after is None else m.after.to_json(),
+        "moved_bytes": m.moved_bytes,
+        "pages_not_moved": m.pages_not_moved,
+        "message": m.message,
     }
 
 
@@ -132,6 +150,8 @@ def cmd_pin(args: argparse.Namespace) -> int:
         cpus = parse_cpus(args.cpus, topology)
     if not cpus:
         raise AffmonError("the suggestion is empty: nothing to pin to")
+    if args.migrate_memory and len(topology.cpu_numa_nodes) > 1 and target_node(topology, cpus) is None:
+        raise AffmonError(f"--migrate-memory: {spans_nodes_message(topology, cpus)}")
     journal = Journal(default_journal_path())  # a dry run only reads it
     result = pin(
         pid,
@@ -143,6 +163,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
         isolate=isolate,
         isolate_candidates=isolate_candidates,
         isolate_all=args.isolate_all,
+        move_memory=MoveMemory(topology) if args.migrate_memory else None,
     )
     if args.json:
         print(json.dumps(pin_json(result, suggestion), indent=2))
@@ -152,6 +173,10 @@ def cmd_pin(args: argparse.Namespace) -> int:
         print("\n".join(result_text(result)))
     if not result.ok:
         sys.stderr.write(f"affmon: {term_safe(str(result.error))}\n")
+        return EXIT_FAILED
+    if result.memory is not None and not result.memory.ok:
+        # The threads are pinned (and journaled); the pages are where they were.
+        sys.stderr.write(f"affmon: threads pinned, but {term_safe(result.memory.message)}\n")
         return EXIT_FAILED
     return 0
 
@@ -183,6 +208,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
                     "entries": list(result.entry_ids),
                     "error": result.error,
                     "threads": [_thread_json(t) for t in result.threads],
+                    "notes": list(result.notes),
                 },
                 indent=2,
             )
