@@ -184,7 +184,8 @@ def test_input_bound_positive_and_its_advice() -> None:
     assert verdict(b) == "input_bound"
     [f] = evaluate_loop(b, workers(2, 1.9, 0.02, free=5.0))
     assert (f.code, f.severity, f.pid) == ("INPUT_BOUND", Severity.BAD, 1)
-    assert f.suggestion == {"action": "add_workers", "workers": 7}
+    # The advice is evidence: ``Finding.suggestion`` is a core set (pin, the monitor and diagnose read its CPUs).
+    assert f.evidence["advice"] == {"action": "add_workers", "workers": 7} and f.suggestion is None
     assert "GPU is busy only 20%" in f.message and "data 90%" in f.evidence["line"]
 
 

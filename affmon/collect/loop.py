@@ -41,7 +41,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from affmon.collect.fs import UNAVAILABLE, is_live, list_dir, read_file, read_text, resolve
 from affmon.collect.procfs import ProcFs
@@ -359,36 +359,67 @@ class LoopSampler:
 class LoopWatcher:
     """One background thread probing every watched loop at ``rate_hz`` (each gap jittered
     uniformly between half and one and a half periods, so probes cannot lock onto a loop
-    whose step has the same period). ``windows`` closes the interval of each."""
+    whose step has the same period). ``windows`` closes the interval of each;
+    ``set_samplers`` changes which loops are probed (ranks come and go).
+
+    The thread is a daemon and ``stop`` joins it, so a watcher never keeps a process alive.
+    A sampler whose read fails in an unexpected way (an ``OSError`` the readers do not turn
+    into "gone") is dropped with the reason in ``failed``, instead of ending the thread."""
 
     def __init__(
         self, samplers: Iterable[LoopSampler], rate_hz: float = DEFAULT_RATE_HZ, seed: int | None = None
     ) -> None:
         self.samplers = list(samplers)
+        self.rate_hz = rate_hz
         self.period_s = 1.0 / rate_hz
+        self.failed: dict[int, str] = {}  # pid -> why its sampler was dropped
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._random = random.Random(seed)
         self._thread = threading.Thread(target=self._run, name="affmon-loop", daemon=True)
 
     def __enter__(self) -> LoopWatcher:
-        self._thread.start()
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def start(self) -> None:
+        if not self._thread.is_alive() and not self._stop.is_set():
+            self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         while not self._stop.wait(self.period_s * self._random.uniform(0.5, 1.5)):
             with self._lock:
-                for sampler in self.samplers:
-                    sampler.probe()
+                for sampler in list(self.samplers):
+                    try:
+                        sampler.probe()
+                    except (OSError, ParseError, ValueError) as exc:
+                        self.failed[sampler.pid] = f"the probe failed: {exc}"
+                        self.samplers.remove(sampler)
+
+    def set_samplers(self, samplers: Iterable[LoopSampler]) -> None:
+        """Probe these from now on (a sampler already watched keeps its interval going)."""
+        with self._lock:
+            self.samplers = list(samplers)
 
     def windows(self) -> list[LoopWindow]:
+        found = []
         with self._lock:
-            return [s.window() for s in self.samplers]
+            for sampler in list(self.samplers):
+                try:
+                    found.append(replace(sampler.window(), rate_hz=self.rate_hz))
+                except (OSError, ParseError, ValueError) as exc:
+                    self.failed[sampler.pid] = f"the probe failed: {exc}"
+                    self.samplers.remove(sampler)
+        return found

@@ -1,18 +1,22 @@
-"""``affmon diagnose``: sample, run the rules over every interval, print what held."""
+"""``affmon diagnose``: sample, run the rules over every interval, print what held, and
+each probed rank's training-loop breakdown over the whole run."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import time
+from collections.abc import Mapping
 
 from affmon.actions.journal import pinned_masks
 from affmon.collect.sampler import Selection
+from affmon.commands.report import loop_text
 from affmon.core import tick
 from affmon.core.advice import attach_suggestions
 from affmon.core.errors import SourceError
 from affmon.core.findings import ExpectedMasks, Finding, Severity, exit_status, find_jobs
 from affmon.core.fmt import term_safe
+from affmon.core.loop_report import LoopReport, combined_reports
 from affmon.core.rates import Snapshot
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
@@ -22,16 +26,33 @@ from affmon.sources.live import live_sources
 def diagnose(samples: list[Sample], topology: Topology, masks: ExpectedMasks) -> tuple[list[Finding], Snapshot]:
     """Debounced findings over consecutive samples (the tick every front end shares), with
     suggestions sized over every interval that raised them; and the last interval."""
+    findings, last, _ = diagnose_run(samples, topology, masks)
+    return findings, last
+
+
+def diagnose_run(
+    samples: list[Sample], topology: Topology, masks: ExpectedMasks
+) -> tuple[list[Finding], Snapshot, dict[int, LoopReport]]:
+    """``diagnose``, and each probed process's loop breakdown over all the intervals."""
     state = tick.start(topology)
     window: list[Snapshot] = []
+    loops: list[Mapping[int, LoopReport]] = []
     for sample in samples:
         state = tick.advance(state, sample, masks)
         if state.snapshot is not None:
             window.append(state.snapshot)
+            loops.append(state.loops)
     if not window:
         raise SourceError("the samples closed no interval: the clock did not move between them")
     last = window[-1]
-    return attach_suggestions(list(state.findings), last, window=window), last
+    return attach_suggestions(list(state.findings), last, window=window), last, combined_reports(loops)
+
+
+def loops_text(loops: Mapping[int, LoopReport]) -> list[str]:
+    """One line per probed process (each rank), after the findings."""
+    if not loops:
+        return []
+    return ["", "training loops over the run:", *(f"  {loop_text(loops[pid])}" for pid in sorted(loops))]
 
 
 def findings_text(findings: list[Finding], snap: Snapshot, intervals: int, *, partial: bool = False) -> str:
@@ -72,14 +93,19 @@ def findings_text(findings: list[Finding], snap: Snapshot, intervals: int, *, pa
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
     selection = Selection(pids=tuple(args.pid), others=True)
-    with live_sources(selection) as src:
-        samples = [src.sampler.sample()]
+    with live_sources(selection, loops=True) as src:
+        samples = [src.sample()]
         for _ in range(args.samples - 1):
             time.sleep(args.interval)
-            samples.append(src.sampler.sample())
-    findings, last = diagnose(samples, src.topology, pinned_masks())
+            samples.append(src.sample())
+    findings, last, loops = diagnose_run(samples, src.topology, pinned_masks())
     if args.json:
-        report = {"findings": [f.to_json() for f in findings], "nvml": src.nvml_status, "notice": src.notice}
+        report = {
+            "findings": [f.to_json() for f in findings],
+            "loops": [{"pid": pid, "name": loops[pid].name, **loops[pid].to_json()} for pid in sorted(loops)],
+            "nvml": src.nvml_status,
+            "notice": src.notice,
+        }
         print(json.dumps(report, indent=2))
     else:
         if src.nvml_status and not src.nvml_status.startswith("NVML:"):
@@ -87,4 +113,6 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         if src.notice:
             print(f"note: {src.notice}")
         print(findings_text(findings, last, len(samples) - 1, partial=src.notice is not None))
+        for line in loops_text(loops):
+            print(line)
     return exit_status(f for f in findings if f.severity >= Severity.WARN)

@@ -26,10 +26,10 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    with live_sources(Selection(pids=tuple(args.pid), all=args.all), args.root or "/") as src:
-        first = src.sampler.sample()
+    with live_sources(Selection(pids=tuple(args.pid), all=args.all), args.root or "/", loops=True) as src:
+        first = src.sample()
         time.sleep(args.interval)
-        second = src.sampler.sample()
+        second = src.sample()
     snapshot = make_snapshot(first, second, src.topology)
     if args.json:
         print(json.dumps(snapshot_json(snapshot, src.nvml_status), indent=2))
@@ -44,17 +44,19 @@ def cmd_record(args: argparse.Namespace) -> int:
     """Write a header line, then one sample per interval for ``--duration`` seconds. The
     other processes on the machine are sampled too, as evidence of what shares the
     watched ones' CPUs, but only the watched processes' command lines are written
-    (every one with ``--all``); the file is new and private (``affmon.sources.record``)."""
+    (every one with ``--all``); the file is new and private (``affmon.sources.record``).
+    Each rank's (and ``--pid`` process's) loop window rides along under its process, so a
+    replay computes the loop breakdown again."""
     selection = Selection(pids=tuple(args.pid), all=args.all, others=True)
     count = 0
-    with live_sources(selection) as src:
+    with live_sources(selection, loops=True) as src:
         out = open_output(args.file, force=args.force)
         try:
             out.write(header_line(src.topology, src.host, src.nvml_status, args.interval) + "\n")
             ticks = int(args.duration / args.interval + 1e-9) + 1  # samples at 0, interval, ..., duration
             next_tick = time.monotonic()
             for count in range(1, ticks + 1):
-                sample = src.sampler.sample()
+                sample = src.sample()
                 out.write(sample_line(sample if args.all else private_sample(sample)) + "\n")
                 out.flush()
                 if count < ticks:

@@ -11,6 +11,7 @@ from typing import Any
 
 from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.fmt import term_safe
+from affmon.core.loop_report import LoopReport, loop_reports
 from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
 from affmon.core.topology import Topology
 
@@ -39,10 +40,11 @@ def thread_json(t: ThreadRates) -> dict[str, Any]:
     }
 
 
-def process_json(p: ProcessRates) -> dict[str, Any]:
+def process_json(p: ProcessRates, loop: LoopReport | None = None) -> dict[str, Any]:
+    """The process as JSON; ``loop`` (its training loop's breakdown) only where it was probed."""
     s = p.sample
     main = s.main_thread
-    return {
+    data: dict[str, Any] = {
         "pid": s.pid,
         "ppid": s.ppid,
         "user": s.user,
@@ -63,6 +65,9 @@ def process_json(p: ProcessRates) -> dict[str, Any]:
         "ran_on_numa_nodes": list(p.ran_on_numa_nodes),
         "threads": [thread_json(t) for t in p.threads],
     }
+    if loop is not None:
+        data["loop"] = loop.to_json()
+    return data
 
 
 def gpu_json(g: GpuRates) -> dict[str, Any]:
@@ -95,6 +100,7 @@ def gpu_json(g: GpuRates) -> dict[str, Any]:
 
 
 def snapshot_json(snap: Snapshot, nvml_status: str | None = None) -> dict[str, Any]:
+    loops = loop_reports(snap)
     return {
         "topology": snap.topology.to_json(),
         "nvml": nvml_status,
@@ -105,7 +111,7 @@ def snapshot_json(snap: Snapshot, nvml_status: str | None = None) -> dict[str, A
             "seconds": [round(snap.previous.duration_s, 4), round(snap.current.duration_s, 4)],
         },
         "gpus": [gpu_json(g) for g in snap.gpus],
-        "processes": [process_json(p) for p in snap.processes],
+        "processes": [process_json(p, loops.get(p.sample.pid)) for p in snap.processes],
     }
 
 
@@ -155,8 +161,16 @@ def topology_text(t: Topology) -> str:
     return "\n".join(lines)
 
 
+def loop_text(r: LoopReport) -> str:
+    """One line of a process's loop breakdown: the thread, the line, the verdict. The name
+    is escaped (it is the process's own)."""
+    verdict = f" [{r.verdict}]" if r.verdict else ""
+    return f"loop of {r.pid} ({term_safe(r.name[:20])}) thread {r.window.tid}: {r.line}{verdict}"
+
+
 def snapshot_text(snap: Snapshot, nvml_status: str | None = None, threads: bool = True) -> str:
     out = [topology_text(snap.topology), ""]
+    loops = loop_reports(snap)
     if nvml_status:
         out.append(term_safe(nvml_status))
     for g in snap.gpus:
@@ -194,6 +208,8 @@ def snapshot_text(snap: Snapshot, nvml_status: str | None = None, threads: bool 
             f"{','.join(map(str, p.ran_on_numa_nodes)) or '-':<6} "
             f"{_cpus(main.allowed_cpus if main else None) or '?':<14} {term_safe((ps.cmdline or ps.name)[:60])}"
         )
+        if ps.pid in loops:
+            out.append(f"{'':>3}{loop_text(loops[ps.pid])}")
         if threads:
             for t in p.threads:
                 ts = t.sample

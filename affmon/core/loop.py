@@ -208,7 +208,8 @@ class LoopWindow:
     ``run_ns``/``wait_ns`` are schedstat deltas (None: schedstat unreadable). ``probes``
     counts each class (``classify``) of the probes taken in the window. ``spin_probes``: on-CPU
     probes a stack sampler placed in a GPU synchronisation, out of ``stack_probes`` on-CPU
-    probes it read (both None without a stack sampler)."""
+    probes it read (both None without a stack sampler). ``rate_hz``: the probing rate asked
+    for (the probes taken say what was achieved)."""
 
     pid: int
     tid: int
@@ -220,6 +221,55 @@ class LoopWindow:
     workers: WorkerStats | None = None
     spin_probes: int | None = None
     stack_probes: int | None = None
+    rate_hz: float | None = None
+
+    @property
+    def probes_taken(self) -> int:
+        return sum(self.probes.values())
+
+
+def _sum(values: list[int | None]) -> int | None:
+    return None if any(v is None for v in values) else sum(v or 0 for v in values)
+
+
+def merge_windows(windows: list[LoopWindow]) -> LoopWindow:
+    """Consecutive windows of one thread as one (``diagnose`` over its whole run): times and
+    probe counts add up; a counter unknown in any window is unknown in the sum, and the
+    syscall file counts as readable only when it was in every window. The workers' idle
+    capacity is the mean over the windows, weighted by their length."""
+    if not windows:
+        raise ValueError("no windows to merge")
+    first = windows[0]
+    probes: dict[str, int] = {}
+    for w in windows:
+        for name, count in w.probes.items():
+            probes[name] = probes.get(name, 0) + count
+    seen = [w.workers for w in windows if w.workers is not None]
+    workers = None
+    if seen:
+        free = [(w.seconds, w.workers.free_cpus) for w in windows if w.workers is not None]
+        known = [(s, f) for s, f in free if f is not None]
+        span = sum(s for s, _ in known)
+        workers = WorkerStats(
+            max(w.count for w in seen),
+            sum(w.run_ns for w in seen),
+            sum(w.wait_ns for w in seen),
+            max(w.domain_cpus for w in seen),
+            sum(s * f for s, f in known) / span if known and len(known) == len(free) and span > 0 else None,
+        )
+    return LoopWindow(
+        pid=first.pid,
+        tid=first.tid,
+        seconds=sum(w.seconds for w in windows),
+        run_ns=_sum([w.run_ns for w in windows]),
+        wait_ns=_sum([w.wait_ns for w in windows]),
+        probes=probes,
+        syscall_readable=all(w.syscall_readable for w in windows),
+        workers=workers,
+        spin_probes=_sum([w.spin_probes for w in windows]),
+        stack_probes=_sum([w.stack_probes for w in windows]),
+        rate_hz=first.rate_hz,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,12 @@ same debouncing (``FindingTracker``) applies.
 * ``LOOP_BOUND``: the GPU is mostly idle while the loop runs on the CPU: the step's own
   Python and launch work is the limit.
 * A GPU-bound loop (the GPU busy, the loop waiting for it) is healthy: no finding.
+
+Both findings say why the *GPU* is idle, so neither is raised when the GPU's busy share is
+unknown (no NVML, or a process on no GPU: a CPU-only loop), nor when the probe could not
+read what the loop blocks on (``LoopBreakdown.unavailable``): ``verdict`` still describes the
+loop. The advice (what to do about the input) is in the evidence, under ``advice``:
+``Finding.suggestion`` is a core set, which these findings do not make.
 """
 
 from __future__ import annotations
@@ -132,13 +138,23 @@ def input_advice(workers: WorkerStats | None, seconds: float, data_wait: float, 
     return {"action": "check_pipeline", "why": why, **facts}
 
 
+def judged(b: LoopBreakdown) -> bool:
+    """Whether the rules may raise a finding on ``b``: the GPU's busy share is known and
+    the blocked time could be looked into."""
+    return b.gpu_busy is not None and b.unavailable is None
+
+
 def rule_input_bound(
     b: LoopBreakdown, workers: WorkerStats | None, t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS
 ) -> list[Finding]:
-    if verdict(b, t) != "input_bound":
+    if b.gpu_busy is None or not judged(b) or verdict(b, t) != "input_bound":
         return []
     advice = input_advice(workers, b.seconds, b.shares[DATA_WAIT], t)
-    gpu = "the GPU's use is unknown" if b.gpu_busy is None else f"the GPU is busy only {b.gpu_busy:.0%}"
+    gpu = f"the GPU is busy only {b.gpu_busy:.0%}"
+    action = {
+        "action": advice["action"],
+        **({"workers": advice["suggested_workers"]} if "suggested_workers" in advice else {}),
+    }
     return [
         Finding(
             "INPUT_BOUND",
@@ -146,19 +162,19 @@ def rule_input_bound(
             b.pid,
             (b.tid,),
             f"{gpu} while the training loop waits for data {b.shares[DATA_WAIT]:.0%} of the time; {advice['why']}",
-            {**_evidence(b), "workers": {k: v for k, v in advice.items() if k not in ("action", "why")}},
             {
-                "action": advice["action"],
-                **({"workers": advice["suggested_workers"]} if "suggested_workers" in advice else {}),
+                **_evidence(b),
+                "workers": {k: v for k, v in advice.items() if k not in ("action", "why")},
+                "advice": action,
             },
         )
     ]
 
 
 def rule_loop_bound(b: LoopBreakdown, t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS) -> list[Finding]:
-    if verdict(b, t) != "loop_bound":
+    if b.gpu_busy is None or not judged(b) or verdict(b, t) != "loop_bound":
         return []
-    gpu = "the GPU's use is unknown" if b.gpu_busy is None else f"the GPU is busy only {b.gpu_busy:.0%}"
+    gpu = f"the GPU is busy only {b.gpu_busy:.0%}"
     return [
         Finding(
             "LOOP_BOUND",

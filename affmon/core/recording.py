@@ -3,7 +3,9 @@ used as test data.
 
 Line 1 is a header: ``{"affmon_recording": 1, "topology": {...}, "host": ..., "nvml": ...,
 "interval_s": ...}``; every following line is ``{"sample": {...}}``, one tick. CPU sets
-are kernel cpulists. Readers refuse other versions with a one-line ``ParseError``.
+are kernel cpulists. Readers refuse other versions with a one-line ``ParseError``. Keys added
+since version 1 (``cpu_ns``, ``threads_read``, a probed process's ``loop`` window:
+``affmon.core.recording_loop``) are optional: older recordings read without them.
 
 A recording keeps the command lines of the watched processes only (``private_sample``):
 the other processes are sampled as evidence of what else runs on the job's CPUs, and
@@ -14,13 +16,24 @@ about the job.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
 from affmon.core.errors import ParseError
+from affmon.core.json_values import (
+    read_bool,
+    read_dict,
+    read_float,
+    read_int,
+    read_list,
+    read_opt_float,
+    read_opt_int,
+    read_opt_str,
+    read_str,
+)
+from affmon.core.recording_loop import window_from_json, window_to_json
 from affmon.core.samples import GpuProcess, GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
 from affmon.core.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
 
@@ -39,67 +52,6 @@ def _set(value: Any) -> CpuSet | None:
     return parse_cpulist(value)
 
 
-# Readers of one JSON value each: the value as written, or a ParseError. Nothing is
-# converted (``int("7")``, ``bool("no")``, ``int(1.5)`` and ``int(Infinity)`` would make up
-# a value or raise something else), so a sample read is exactly what the file says, with
-# the types ``Sample`` declares: a hand-edited or damaged file cannot crash the rates,
-# the rules or the monitor later on.
-
-
-def _int(value: Any, what: str) -> int:
-    if type(value) is not int:  # bool is a subclass of int; 1.0 is not a count
-        raise ParseError(f"{what}: expected a whole number, got {_kind(value)}")
-    return value
-
-
-def _opt_int(value: Any, what: str) -> int | None:
-    return None if value is None else _int(value, what)
-
-
-def _float(value: Any, what: str) -> float:
-    if type(value) not in (int, float) or not math.isfinite(value):
-        raise ParseError(f"{what}: expected a finite number, got {_kind(value)}")
-    return float(value)
-
-
-def _opt_float(value: Any, what: str) -> float | None:
-    return None if value is None else _float(value, what)
-
-
-def _str(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise ParseError(f"{what}: expected text, got {_kind(value)}")
-    return value
-
-
-def _opt_str(value: Any, what: str) -> str | None:
-    return None if value is None else _str(value, what)
-
-
-def _bool(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise ParseError(f"{what}: expected true or false, got {_kind(value)}")
-    return value
-
-
-def _list(value: Any, what: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise ParseError(f"{what}: expected a list, got {_kind(value)}")
-    return value
-
-
-def _dict(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ParseError(f"{what}: expected an object, got {_kind(value)}")
-    return value
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return "null" if value is None else type(value).__name__
-
-
 def topology_to_json(t: Topology) -> dict[str, Any]:
     """Everything a Topology holds (``Topology.to_json`` is the shorter public shape)."""
     data = t.to_json()
@@ -108,35 +60,35 @@ def topology_to_json(t: Topology) -> dict[str, Any]:
 
 
 def _numa_node(n: dict[str, Any]) -> NumaNode:
-    node_id, cpus = _int(n["id"], "node id"), _set(n["cpus"]) or frozenset()
-    memory_only = _bool(n.get("memory_only", False), "memory_only")
+    node_id, cpus = read_int(n["id"], "node id"), _set(n["cpus"]) or frozenset()
+    memory_only = read_bool(n.get("memory_only", False), "memory_only")
     if memory_only and cpus:
         raise ParseError(f"NUMA node {node_id} is marked memory only but lists CPUs")
     return NumaNode(node_id, cpus, memory_only=memory_only)
 
 
 def topology_from_json(d: dict[str, Any]) -> Topology:
-    d = _dict(d, "topology")
+    d = read_dict(d, "topology")
 
     def items(key: str) -> list[dict[str, Any]]:
-        return [_dict(item, key) for item in _list(d[key], key)]
+        return [read_dict(item, key) for item in read_list(d[key], key)]
 
     return Topology.build(
-        source=_str(d["source"], "source"),
+        source=read_str(d["source"], "source"),
         online_cpus=_set(d["online_cpus"]) or (),
         allowed_cpus=_set(d["allowed_cpus"]) or (),
         numa_nodes=[_numa_node(n) for n in items("numa_nodes")],
-        packages=[Package(_int(p["id"], "package id"), _set(p["cpus"]) or frozenset()) for p in items("packages")],
-        cores=[Core(_int(c["package"], "core package"), _set(c["cpus"]) or frozenset()) for c in items("cores")],
+        packages=[Package(read_int(p["id"], "package id"), _set(p["cpus"]) or frozenset()) for p in items("packages")],
+        cores=[Core(read_int(c["package"], "core package"), _set(c["cpus"]) or frozenset()) for c in items("cores")],
         l3_groups=[
-            CacheGroup(_int(g.get("level", 3), "cache level"), _set(g["cpus"]) or frozenset())
+            CacheGroup(read_int(g.get("level", 3), "cache level"), _set(g["cpus"]) or frozenset())
             for g in items("l3_groups")
         ],
         gpus=[
             Gpu(
-                _str(g["pci_bus_id"], "pci_bus_id"),
-                _str(g["vendor"], "vendor"),
-                _opt_int(g["numa_node"], "numa_node"),
+                read_str(g["pci_bus_id"], "pci_bus_id"),
+                read_str(g["vendor"], "vendor"),
+                read_opt_int(g["numa_node"], "numa_node"),
                 _set(g["local_cpus"]),
             )
             for g in items("gpus")
@@ -166,11 +118,11 @@ def thread_to_json(t: ThreadSample) -> list[Any]:
 
 
 # How each of ``_THREAD_FIELDS`` is read.
-_THREAD_READERS = (_int, _int, _str, _str, *[_opt_int] * 8)
+_THREAD_READERS = (read_int, read_int, read_str, read_str, *[read_opt_int] * 8)
 
 
 def thread_from_json(row: list[Any]) -> ThreadSample:
-    row = _list(row, "thread row")
+    row = read_list(row, "thread row")
     if len(row) != len(_THREAD_FIELDS) + 1:
         raise ParseError(f"thread row has {len(row)} fields, expected {len(_THREAD_FIELDS) + 1}")
     values: dict[str, Any] = {
@@ -180,7 +132,7 @@ def thread_from_json(row: list[Any]) -> ThreadSample:
 
 
 def process_to_json(p: ProcessSample) -> dict[str, Any]:
-    data = {
+    data: dict[str, Any] = {
         "pid": p.pid,
         "start_ticks": p.start_ticks,
         "ppid": p.ppid,
@@ -202,30 +154,35 @@ def process_to_json(p: ProcessSample) -> dict[str, Any]:
         data["cpu_ns"] = p.cpu_ns
     if not p.threads_read:
         data["threads_read"] = False
+    if p.loop is not None:
+        data["loop"] = window_to_json(p.loop)
     return data
 
 
 def process_from_json(d: dict[str, Any]) -> ProcessSample:
-    d = _dict(d, "process")
+    d = read_dict(d, "process")
+    pid = read_int(d["pid"], "pid")
+    loop = d.get("loop")
     return ProcessSample(
-        pid=_int(d["pid"], "pid"),
-        start_ticks=_int(d["start_ticks"], "start_ticks"),
-        ppid=_opt_int(d["ppid"], "ppid"),
-        name=_str(d["name"], "name"),
-        uid=_opt_int(d["uid"], "uid"),
-        user=_opt_str(d["user"], "user"),
-        cmdline=_opt_str(d["cmdline"], "cmdline"),
+        pid=pid,
+        start_ticks=read_int(d["start_ticks"], "start_ticks"),
+        ppid=read_opt_int(d["ppid"], "ppid"),
+        name=read_str(d["name"], "name"),
+        uid=read_opt_int(d["uid"], "uid"),
+        user=read_opt_str(d["user"], "user"),
+        cmdline=read_opt_str(d["cmdline"], "cmdline"),
         mems_allowed=_set(d["mems_allowed"]),
         cgroup_cpus=_set(d["cgroup_cpus"]),
-        threads=tuple(thread_from_json(r) for r in _list(d["threads"], "threads")),
-        gpu_indices=tuple(_int(i, "gpu_indices") for i in _list(d["gpu_indices"], "gpu_indices")),
-        gpu_memory_bytes=_opt_int(d["gpu_memory_bytes"], "gpu_memory_bytes"),
-        watched=_bool(d["watched"], "watched"),
-        training=_bool(d["training"], "training"),
-        kernel=_bool(d["kernel"], "kernel"),
+        threads=tuple(thread_from_json(r) for r in read_list(d["threads"], "threads")),
+        gpu_indices=tuple(read_int(i, "gpu_indices") for i in read_list(d["gpu_indices"], "gpu_indices")),
+        gpu_memory_bytes=read_opt_int(d["gpu_memory_bytes"], "gpu_memory_bytes"),
+        watched=read_bool(d["watched"], "watched"),
+        training=read_bool(d["training"], "training"),
+        kernel=read_bool(d["kernel"], "kernel"),
         # Absent from recordings made before these were sampled.
-        cpu_ns=_opt_int(d.get("cpu_ns"), "cpu_ns"),
-        threads_read=_bool(d.get("threads_read", True), "threads_read"),
+        cpu_ns=read_opt_int(d.get("cpu_ns"), "cpu_ns"),
+        threads_read=read_bool(d.get("threads_read", True), "threads_read"),
+        loop=None if loop is None else window_from_json(loop, pid),
     )
 
 
@@ -259,28 +216,28 @@ def gpu_to_json(g: GpuSample) -> dict[str, Any]:
 
 # How each of ``_GPU_SCALARS`` is read.
 _GPU_READERS = (
-    _int,
-    *[_opt_str] * 3,
-    *[_opt_int] * 6,
-    *[_opt_float] * 3,
-    *[_opt_int] * 2,
-    _bool,
+    read_int,
+    *[read_opt_str] * 3,
+    *[read_opt_int] * 6,
+    *[read_opt_float] * 3,
+    *[read_opt_int] * 2,
+    read_bool,
 )
 
 
 def gpu_from_json(d: dict[str, Any]) -> GpuSample:
-    d = _dict(d, "gpu")
+    d = read_dict(d, "gpu")
     values: dict[str, Any] = {name: read(d[name], name) for name, read in zip(_GPU_SCALARS, _GPU_READERS, strict=True)}
-    link = _list(d["pcie_link"], "pcie_link")
+    link = read_list(d["pcie_link"], "pcie_link")
     if len(link) != 4:
         raise ParseError(f"pcie_link has {len(link)} fields, expected 4")
-    gen, width, max_gen, max_width = (_opt_int(v, "pcie_link") for v in link)
+    gen, width, max_gen, max_width = (read_opt_int(v, "pcie_link") for v in link)
     processes = []
-    for item in _list(d["processes"], "gpu processes"):
-        pair = _list(item, "gpu process")
+    for item in read_list(d["processes"], "gpu processes"):
+        pair = read_list(item, "gpu process")
         if len(pair) != 2:
             raise ParseError(f"gpu process has {len(pair)} fields, expected 2")
-        processes.append(GpuProcess(_int(pair[0], "gpu process pid"), _opt_int(pair[1], "gpu process memory")))
+        processes.append(GpuProcess(read_int(pair[0], "gpu process pid"), read_opt_int(pair[1], "gpu process memory")))
     return GpuSample(**values, pcie_link=PcieLink(gen, width, max_gen, max_width), processes=tuple(processes))
 
 
@@ -295,13 +252,13 @@ def sample_to_json(s: Sample) -> dict[str, Any]:
 
 
 def sample_from_json(d: dict[str, Any]) -> Sample:
-    d = _dict(d, "sample")
+    d = read_dict(d, "sample")
     return Sample(
-        monotonic_s=_float(d["monotonic_s"], "monotonic_s"),
-        wall_time_s=_float(d["wall_time_s"], "wall_time_s"),
-        duration_s=_float(d["duration_s"], "duration_s"),
-        processes=tuple(process_from_json(p) for p in _list(d["processes"], "processes")),
-        gpus=tuple(gpu_from_json(g) for g in _list(d["gpus"], "gpus")),
+        monotonic_s=read_float(d["monotonic_s"], "monotonic_s"),
+        wall_time_s=read_float(d["wall_time_s"], "wall_time_s"),
+        duration_s=read_float(d["duration_s"], "duration_s"),
+        processes=tuple(process_from_json(p) for p in read_list(d["processes"], "processes")),
+        gpus=tuple(gpu_from_json(g) for g in read_list(d["gpus"], "gpus")),
     )
 
 
@@ -392,9 +349,9 @@ def read_recording(lines: Iterable[str], name: str = "recording") -> tuple[Heade
     try:
         header = Header(
             topology_from_json(head["topology"]),
-            _opt_str(head.get("host"), "host"),
-            _opt_str(head.get("nvml"), "nvml"),
-            _opt_float(head.get("interval_s"), "interval_s"),
+            read_opt_str(head.get("host"), "host"),
+            read_opt_str(head.get("nvml"), "nvml"),
+            read_opt_float(head.get("interval_s"), "interval_s"),
         )
     except (ParseError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ParseError(f"{name}: bad header line: {exc}") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from affmon.core.cpuset import CpuSet
+from affmon.core.loop import LoopWindow
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,10 @@ class ProcessSample:
     # earlier one (an unwatched process that used too little CPU to hold a busy thread):
     # their counters are from then, so no per-thread rate spans this interval.
     threads_read: bool = True
+    # What the loop probe (``affmon.collect.loop``) saw of its training loop's thread over
+    # the interval this sample closes; None where it was not probed (not a rank nor a
+    # ``--pid`` process, the first sample of a run, a recording made without it).
+    loop: LoopWindow | None = None
 
     @property
     def key(self) -> tuple[int, int]:

@@ -2,6 +2,10 @@
 debounced over the intervals so far, jobs). The monitor, the exporter and ``diagnose`` loop
 over ``advance``; what each shows of a tick is its own business. Pure.
 
+The training loop's breakdown (``affmon.core.loop_report``) is part of the tick: each
+process the loop probe covered gets a ``LoopReport`` of the interval (``Tick.loops``), and
+its INPUT_BOUND and LOOP_BOUND findings are debounced with the others.
+
 A sample that is not newer than the last one closes no interval (rates need time between
 two samples). Findings of a process that exited go with it: no front end shows a process's
 finding after the process is gone, and its debounce track is not kept growing.
@@ -9,6 +13,7 @@ finding after the process is gone, and its debounce track is not kept growing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from affmon.core.findings import (
@@ -22,6 +27,7 @@ from affmon.core.findings import (
     evaluate,
     find_jobs,
 )
+from affmon.core.loop_report import LoopReport, loop_findings, loop_reports
 from affmon.core.rates import Snapshot, make_snapshot
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
@@ -30,8 +36,10 @@ from affmon.core.topology import Topology
 @dataclass(frozen=True)
 class Tick:
     """Where the loop stands after a sample. ``snapshot`` and ``jobs`` are those of the
-    interval the last sample closed (None and empty when it closed none); ``findings``
-    are the debounced findings in force, worst first."""
+    interval the last sample closed (None and empty when it closed none); ``loops``, the
+    loop breakdown of each process the loop probe covered in that interval, by PID (the
+    monitor's LOOP column and detail line, the exporter's loop gauges); ``findings`` are
+    the debounced findings in force, worst first."""
 
     topology: Topology
     thresholds: Thresholds = DEFAULT_THRESHOLDS
@@ -39,6 +47,7 @@ class Tick:
     tracker: FindingTracker = field(default_factory=FindingTracker)
     snapshot: Snapshot | None = None
     jobs: tuple[Job, ...] = ()
+    loops: Mapping[int, LoopReport] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
     samples: int = 0  # samples taken in
     intervals: int = 0  # intervals closed
@@ -56,20 +65,27 @@ def start(topology: Topology, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Ti
 def advance(state: Tick, sample: Sample, expected_masks: ExpectedMasks | None = None) -> Tick:
     """The state after one more sample."""
     previous = state.last_sample
-    taken = replace(state, last_sample=sample, samples=state.samples + 1, snapshot=None, jobs=())
+    taken = replace(state, last_sample=sample, samples=state.samples + 1, snapshot=None, jobs=(), loops={})
     if previous is None or sample.monotonic_s <= previous.monotonic_s:
         return taken
     snapshot = make_snapshot(previous, sample, state.topology)
     found = evaluate(snapshot, Context(state.topology, state.thresholds, expected_masks or {}))
+    loops = loop_reports(snapshot)
+    found = _worst_first(found + loop_findings(loops))
     tracker = _prune(state.tracker.update(found), {p.pid for p in sample.processes})
     return replace(
         taken,
         tracker=tracker,
         snapshot=snapshot,
         jobs=tuple(find_jobs(snapshot)),
+        loops=loops,
         findings=tuple(tracker.active),
         intervals=state.intervals + 1,
     )
+
+
+def _worst_first(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (-f.severity, f.pid or 0, f.code))
 
 
 def _prune(tracker: FindingTracker, live: set[int]) -> FindingTracker:

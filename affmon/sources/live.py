@@ -1,6 +1,10 @@
 """The live machine as a source: its topology (or a recorded tree's, or an hwloc XML's),
-NVML, and a sampler over them, opened and closed together; ``--pid`` numbers resolved to
-processes."""
+NVML, a sampler and (when asked for, on the live machine) the training loop probe over
+them, opened and closed together; ``--pid`` numbers resolved to processes.
+
+The loop probe (``affmon.collect.loop_probes``) runs a background thread at 20 Hz per
+watched loop, so only the front ends that show the breakdown ask for it (``loops=True``)
+and take their samples through ``LiveSources.sample``; ``close`` stops and joins it."""
 
 from __future__ import annotations
 
@@ -12,9 +16,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from affmon.collect.identity import hidden_processes_notice, resolve_pid
+from affmon.collect.loop_probes import LoopProbes
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Sampler, Selection
 from affmon.core.errors import SourceError
+from affmon.core.samples import Sample
 from affmon.core.topology import Topology
 from affmon.nvml import NvmlGateway
 
@@ -41,8 +47,17 @@ class LiveSources:
     # One line when /proc hides other users' processes (hidepid): a clean verdict then
     # covers only what affmon could see, and the views say so.
     notice: str | None = None
+    loops: LoopProbes | None = None  # the loop probe, for the front ends that show it
+
+    def sample(self) -> Sample:
+        """One tick's sample, with the loop windows of the interval it closes."""
+        sample = self.sampler.sample()
+        return sample if self.loops is None else self.loops.attach(sample)
 
     def close(self) -> None:
+        if self.loops is not None:
+            self.loops.close()
+            self.loops = None
         if self.gateway is not None:
             self.gateway.close()
             self.gateway = None
@@ -63,10 +78,11 @@ def resolve_selection(selection: Selection, root: str = "/") -> Selection:
     return replace(selection, pids=tuple(dict.fromkeys(pids)))
 
 
-def open_live_sources(selection: Selection, root: str = "/") -> LiveSources:
-    """Topology, NVML (only for the live machine) and a sampler over them; the caller
-    closes them. A ``--pid`` that does not exist (or names a kernel thread) raises, with
-    NVML already closed; one that names a thread watches its process."""
+def open_live_sources(selection: Selection, root: str = "/", *, loops: bool = False) -> LiveSources:
+    """Topology, NVML and the loop probe (``loops``; both only for the live machine) and a
+    sampler over them; the caller closes them. A ``--pid`` that does not exist (or names a
+    kernel thread) raises, with NVML already closed; one that names a thread watches its
+    process."""
     selection = resolve_selection(selection, root)
     topology = load_topology(root)
     gateway = None
@@ -85,6 +101,8 @@ def open_live_sources(selection: Selection, root: str = "/") -> LiveSources:
             hidden_processes_notice(root),
         )
         sources.sampler.check_pids()
+        if loops and root == "/":  # like NVML: a recorded tree has no threads to probe
+            sources.loops = LoopProbes(selection.pids, root)
     except BaseException:
         if gateway is not None:
             gateway.close()
@@ -93,9 +111,9 @@ def open_live_sources(selection: Selection, root: str = "/") -> LiveSources:
 
 
 @contextmanager
-def live_sources(selection: Selection, root: str = "/") -> Iterator[LiveSources]:
-    """``open_live_sources`` for a ``with`` block: NVML is closed after."""
-    sources = open_live_sources(selection, root)
+def live_sources(selection: Selection, root: str = "/", *, loops: bool = False) -> Iterator[LiveSources]:
+    """``open_live_sources`` for a ``with`` block: NVML and the loop probe are closed after."""
+    sources = open_live_sources(selection, root, loops=loops)
     try:
         yield sources
     finally:

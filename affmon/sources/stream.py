@@ -67,8 +67,9 @@ def _no_masks() -> ExpectedMasks:
 
 class LiveSource:
     """Every process on this machine (training ones watched, or ``pids`` and their
-    descendants), every thread of them, and NVML when there is one. ``expected_masks``:
-    the pins in force (the caller hands in the journal's reader; none by default)."""
+    descendants), every thread of them, NVML when there is one, and the loop probe of
+    each rank and each of ``pids`` (``loops``). ``expected_masks``: the pins in force (the
+    caller hands in the journal's reader; none by default)."""
 
     def __init__(
         self,
@@ -77,11 +78,12 @@ class LiveSource:
         root: str = "/",
         *,
         expected_masks: Callable[[], ExpectedMasks] = _no_masks,
+        loops: bool = True,
     ) -> None:
         from affmon.collect.sampler import Selection
         from affmon.sources.live import open_live_sources
 
-        self._sources = open_live_sources(Selection(pids=pids, others=True), root)
+        self._sources = open_live_sources(Selection(pids=pids, others=True), root, loops=loops)
         self.topology = self._sources.topology
         self.sampler = self._sources.sampler
         self.interval_s = interval_s
@@ -91,7 +93,7 @@ class LiveSource:
         self._pinned = expected_masks
 
     def next_sample(self) -> Sample:
-        return self.sampler.sample()
+        return self._sources.sample()
 
     @property
     def exhausted(self) -> bool:

@@ -1,0 +1,97 @@
+"""A loop window (``affmon.core.loop.LoopWindow``) in a recording: the raw counts the loop
+probe took over one interval, stored under its process so that a replay computes the
+breakdown, the verdict and the findings again from them (with its own thresholds).
+
+``{"tid": ..., "seconds": ..., "run_ns": ..., "wait_ns": ..., "probes": {class: count},
+"syscall_readable": ..., "workers": [count, run_ns, wait_ns, domain_cpus, free_cpus] | null,
+"spin_probes": ..., "stack_probes": ..., "rate_hz": ...}``. The key is absent from
+recordings made without the probe, and from samples it did not cover. Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from affmon.core.errors import ParseError
+from affmon.core.json_values import (
+    read_bool,
+    read_dict,
+    read_float,
+    read_int,
+    read_list,
+    read_opt_float,
+    read_opt_int,
+)
+from affmon.core.loop import BLOCKED_SHARES, RUNNING, UNKNOWN, LoopWindow, WorkerStats
+
+PROBE_CLASSES = frozenset({RUNNING, UNKNOWN, *BLOCKED_SHARES})
+
+
+def window_to_json(w: LoopWindow) -> dict[str, Any]:
+    workers = w.workers
+    return {
+        "tid": w.tid,
+        "seconds": w.seconds,
+        "run_ns": w.run_ns,
+        "wait_ns": w.wait_ns,
+        "probes": dict(sorted(w.probes.items())),
+        "syscall_readable": w.syscall_readable,
+        "workers": None
+        if workers is None
+        else [workers.count, workers.run_ns, workers.wait_ns, workers.domain_cpus, workers.free_cpus],
+        "spin_probes": w.spin_probes,
+        "stack_probes": w.stack_probes,
+        "rate_hz": w.rate_hz,
+    }
+
+
+def _count(value: Any, what: str) -> int:
+    found = read_int(value, what)
+    if found < 0:
+        raise ParseError(f"{what}: expected a count, got {found}")
+    return found
+
+
+def _opt_count(value: Any, what: str) -> int | None:
+    return None if value is None else _count(value, what)
+
+
+def _workers(value: Any) -> WorkerStats | None:
+    if value is None:
+        return None
+    row = read_list(value, "loop workers")
+    if len(row) != 5:
+        raise ParseError(f"loop workers has {len(row)} fields, expected 5")
+    free = read_opt_float(row[4], "loop workers free_cpus")
+    return WorkerStats(
+        _count(row[0], "loop workers count"),
+        _count(row[1], "loop workers run_ns"),
+        _count(row[2], "loop workers wait_ns"),
+        _count(row[3], "loop workers domain_cpus"),
+        None if free is None else max(0.0, free),
+    )
+
+
+def window_from_json(d: Any, pid: int) -> LoopWindow:
+    """The window of process ``pid``; a malformed one raises ``ParseError``."""
+    d = read_dict(d, "loop")
+    probes = {}
+    for name, count in read_dict(d["probes"], "loop probes").items():
+        if name not in PROBE_CLASSES:
+            raise ParseError(f"loop probes: unknown class {name[:40]!r}")
+        probes[name] = _count(count, f"loop probes {name}")
+    rate = read_opt_float(d["rate_hz"], "loop rate_hz")
+    if rate is not None and rate <= 0:
+        raise ParseError(f"loop rate_hz: expected a positive rate, got {rate:g}")
+    return LoopWindow(
+        pid=pid,
+        tid=_count(d["tid"], "loop tid"),
+        seconds=read_float(d["seconds"], "loop seconds"),
+        run_ns=read_opt_int(d["run_ns"], "loop run_ns"),
+        wait_ns=read_opt_int(d["wait_ns"], "loop wait_ns"),
+        probes=probes,
+        syscall_readable=read_bool(d["syscall_readable"], "loop syscall_readable"),
+        workers=_workers(d["workers"]),
+        spin_probes=_opt_count(d["spin_probes"], "loop spin_probes"),
+        stack_probes=_opt_count(d["stack_probes"], "loop stack_probes"),
+        rate_hz=rate,
+    )
