@@ -33,6 +33,7 @@ COMMANDS = {
     "pin": ("pinning", "cmd_pin"),
     "exec": ("plan", "cmd_exec"),
     "undo": ("pinning", "cmd_undo"),
+    "tune": ("tune", "cmd_tune"),
     "export": ("export", "cmd_export"),
     "audit": ("audit", "cmd_audit"),
     "tui": ("tui", "cmd_tui"),  # no subcommand: the monitor
@@ -159,6 +160,23 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("pid", type=pid, nargs="?", metavar="PID", help="the last pin of PID")
     target.add_argument("--all", action="store_true", help="every pin affmon made, newest first")
     undo.add_argument("--json", action="store_true", help="print JSON")
+
+    tune = sub.add_parser(
+        "tune", help="try the planner's candidate placements on a running job, keep the one it runs best on"
+    )
+    tune.add_argument("pid", type=pid, metavar="PID")
+    tune.add_argument("--settle", type=seconds, default=3.0, metavar="SECONDS", help="before each window (default 3)")
+    tune.add_argument("--window", type=seconds, default=8.0, metavar="SECONDS", help="measured (default 8)")
+    tune.add_argument("--max-candidates", type=count(1, 32), default=6, metavar="N", help="placements to try")
+    tune.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling that sizes the job")
+    tune.add_argument("--with-children", action=argparse.BooleanOptionalAction, default=True, help="pin its workers")
+    isolation = tune.add_mutually_exclusive_group()
+    isolation.add_argument("--no-isolate", action="store_true", help="never move other processes off its CPUs")
+    isolation.add_argument(
+        "--isolate-all", action="store_true", help="also move other users' processes and deliberately pinned ones"
+    )
+    tune.add_argument("--dry-run", action="store_true", help="list the candidates, change nothing")
+    tune.add_argument("--json", action="store_true", help="print JSON")
     from affmon.commands.export import add_export_parser
 
     add_export_parser(sub)

@@ -15,6 +15,15 @@ lists processes to move off, as affmon's own advice says), measure again, and pr
 table: scenario, samples/s before, findings, action, samples/s after, after / clean.
 The overlap scenario (two jobs on one GPU) is compared with two unpinned jobs on that
 GPU (``clean_pair``), measured in the same run.
+
+``--scenarios membw,spin`` plants other tenants beside a ResNet-50 job with 6 DataLoader
+workers: ``membw``, one 16-thread numpy copier per core (memory bandwidth); ``spin``, 1.5
+spinners per core. Each is compared arm by arm in one run, the job's placement undone
+between arms: before; ``pin --suggest`` (with ``--isolate`` as the advice says); ``tune``
+(``--settle``, ``--window``, 3 candidates); a hand split (the job on the first half of the
+cores, every tenant thread on the other half). The table gives samples/s of each arm, tune
+/ the best of the others, pin --suggest / the hand split, and the job's warn/bad findings
+left after each. About 3.5 minutes per scenario with ``--window 8 --settle 3``.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +46,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 RATE = re.compile(r"RATE t=([\d.]+) samples_per_s=([\d.]+)")
 ALL = ["clean", "clean_pair", "hogs", "narrow", "overlap", "single_core"]
+# Compared arm by arm in one run (``compare``): before, pin --suggest, tune, a hand split.
+COMPARED = ["membw", "spin"]
+MEMBW_HOG = """
+import threading, numpy as np
+def copy():
+    a = np.ones(1 << 23); b = np.empty_like(a)  # 64 MiB each: far past any cache
+    while True:
+        np.copyto(b, a)  # numpy drops the GIL for a plain copy
+for _ in range(16):
+    threading.Thread(target=copy).start()
+"""
 
 
 @dataclass
@@ -60,9 +81,16 @@ class Result:
     baseline: str = "clean"
 
 
-def start_job(name: str, out: Path, prefix: list[str], seconds: float, env: dict[str, str] | None = None) -> Job:
+def start_job(
+    name: str,
+    out: Path,
+    prefix: list[str],
+    seconds: float,
+    env: dict[str, str] | None = None,
+    extra: Sequence[str] = (),
+) -> Job:
     log = out / f"{name}.log"
-    cmd = [*prefix, PY, str(ROOT / "bench/train_job.py"), "--seconds", str(seconds), "--report-every", "2"]
+    cmd = [*prefix, PY, str(ROOT / "bench/train_job.py"), "--seconds", str(seconds), "--report-every", "2", *extra]
     proc = subprocess.Popen(
         cmd,
         stdout=log.open("w"),
@@ -108,9 +136,9 @@ def measure(jobs: list[Job], window: float) -> dict[str, float]:
     return {j.name: mean_rate(j, starts[j.name], starts[j.name] + window + 2.5) for j in jobs}
 
 
-def affmon(*args: str) -> subprocess.CompletedProcess[str]:
+def affmon(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([PY, "-m", "affmon", *args], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([PY, "-m", "affmon", *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def stop(procs: list[subprocess.Popen[str]]) -> None:
@@ -194,19 +222,143 @@ def run(scenario: str, out: Path, window: float) -> Result:
         affmon("undo", "--all")  # leave the machine as found (hogs are gone anyway)
 
 
+# -- membw, spin: every arm in one run ---------------------------------------------------
+
+
+@dataclass
+class Compared:
+    scenario: str
+    rates: dict[str, float]  # arm -> samples/s
+    findings: dict[str, list[str]]  # arm -> warn/bad findings of the job left after it
+    notes: dict[str, str]
+
+
+def job_args() -> list[str]:
+    """ResNet-50 with 6 DataLoader workers, where ``train_job.py`` can be told the model."""
+    workers = ["--workers", "6"]
+    return [*workers, "--model", "resnet50"] if '"--model"' in (ROOT / "bench/train_job.py").read_text() else workers
+
+
+def start_tenants(scenario: str) -> list[subprocess.Popen[str]]:
+    ncpu = os.cpu_count() or 1
+    if scenario == "membw":  # memory bandwidth: one 16-thread numpy copier per core
+        return [subprocess.Popen([PY, "-c", MEMBW_HOG], start_new_session=True, text=True) for _ in range(ncpu)]
+    if scenario == "spin":  # 1.5 spinners per core
+        return start_hogs(ncpu * 3 // 2)
+    raise SystemExit(f"unknown scenario {scenario}")
+
+
+def job_findings(pid: int, out: Path, name: str) -> list[str]:
+    diag = affmon("diagnose", "--json", "--pid", str(pid))
+    (out / f"{name}.diagnose.json").write_text(diag.stdout + diag.stderr)
+    found = json.loads(diag.stdout)["findings"] if diag.stdout.strip() else []
+    return sorted({f"{f['code']}({f['severity']})" for f in found if f["severity"] in ("warn", "bad")})
+
+
+def set_all_threads(pids: list[int], cpus: str) -> None:
+    for pid in pids:
+        subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], capture_output=True, check=False)
+
+
+def compare(scenario: str, out: Path, window: float, settle: float) -> Compared:
+    """One job among the scenario's tenants; each arm measured in turn, undone before the next."""
+    ncpu = os.cpu_count() or 1
+    job = start_job(scenario, out, [], seconds=3600, extra=job_args())
+    tenants: list[subprocess.Popen[str]] = []
+    rates: dict[str, float] = {}
+    findings: dict[str, list[str]] = {}
+    notes: dict[str, str] = {}
+    try:
+        wait_ready([job])
+        tenants = start_tenants(scenario)
+        time.sleep(settle)
+        rates["before"] = measure([job], window)[job.name]
+        findings["before"] = job_findings(job.pid, out, f"{scenario}.before")
+        diag = json.loads(affmon("diagnose", "--json", "--pid", str(job.pid)).stdout or '{"findings": []}')
+        mine = [f for f in diag["findings"] if f["pid"] == job.pid and f["severity"] in ("warn", "bad")]
+        notes["pin"] = fix(job.pid, mine or [{"suggestion": None}], out / f"{scenario}.pin.json")
+        time.sleep(settle)
+        rates["pin --suggest"] = measure([job], window)[job.name]
+        findings["pin --suggest"] = job_findings(job.pid, out, f"{scenario}.pin")
+        affmon("undo", "--all")
+        tuned = affmon(
+            "tune",
+            str(job.pid),
+            "--settle",
+            str(settle),
+            "--window",
+            str(window),
+            "--max-candidates",
+            "3",
+            "--json",
+            timeout=400,
+        )
+        (out / f"{scenario}.tune.json").write_text(tuned.stdout + tuned.stderr)
+        result = json.loads(tuned.stdout) if tuned.stdout.strip() else {}
+        notes["tune"] = (
+            f"row {result.get('chosen')}: {result.get('pinned_cpus') or 'unchanged'} ({result.get('score')})"
+        )
+        time.sleep(settle)
+        rates["tune"] = measure([job], window)[job.name]
+        findings["tune"] = job_findings(job.pid, out, f"{scenario}.tune")
+        affmon("undo", "--all")
+        half = ncpu // 2
+        pinned = affmon("pin", str(job.pid), "--cpus", f"0-{half - 1}", "--with-children")
+        notes["split"] = "job on 0-{}, tenants on {}-{}{}".format(
+            half - 1, half, ncpu - 1, "" if pinned.returncode == 0 else f" (pin failed: {pinned.stderr.strip()})"
+        )
+        set_all_threads([t.pid for t in tenants], f"{half}-{ncpu - 1}")
+        time.sleep(settle)
+        rates["hand split"] = measure([job], window)[job.name]
+        findings["hand split"] = job_findings(job.pid, out, f"{scenario}.split")
+        return Compared(scenario, rates, findings, notes)
+    finally:
+        stop([job.proc, *tenants])
+        affmon("undo", "--all")
+
+
+def compared_table(results: list[Compared]) -> str:
+    arms = ["before", "pin --suggest", "tune", "hand split"]
+    lines = [
+        "| scenario | " + " | ".join(f"{a} samples/s" for a in arms) + " | tune / best of the others "
+        "| pin --suggest / hand split | findings left (pin --suggest; tune; hand split) |",
+        "|---|" + "---|" * (len(arms) + 3),
+    ]
+    for r in results:
+        others = max(v for k, v in r.rates.items() if k != "tune" and v == v)
+        tune, pin, split = r.rates.get("tune", float("nan")), r.rates.get("pin --suggest"), r.rates.get("hand split")
+        left = "; ".join(", ".join(r.findings.get(a, [])) or "none" for a in ("pin --suggest", "tune", "hand split"))
+        lines.append(
+            f"| {r.scenario} | "
+            + " | ".join(f"{r.rates.get(a, float('nan')):.0f}" for a in arms)
+            + f" | {tune / others:.2f} | {(pin or float('nan')) / (split or float('nan')):.2f} | {left} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/gpu_scenarios"))
     ap.add_argument("--scenarios", default=",".join(ALL))
     ap.add_argument("--window", type=float, default=8.0, help="seconds measured before and after")
+    ap.add_argument("--settle", type=float, default=3.0, help="seconds after each change (membw, spin; tune's)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     os.environ["XDG_STATE_HOME"] = str(out / "state")
+    chosen = a.scenarios.split(",")
+    compared = [compare(name, out, a.window, a.settle) for name in chosen if name in COMPARED]
+    if compared:
+        table = compared_table(compared)
+        print(table)
+        (out / "compared.md").write_text(table + "\n")
+        (out / "compared.json").write_text(json.dumps([vars(c) for c in compared], indent=2))
     results: dict[str, Result] = {}
-    for scenario in a.scenarios.split(","):
+    for scenario in (name for name in chosen if name not in COMPARED):
         results[scenario] = run(scenario, out, a.window)
         print(f"{scenario}: {results[scenario]}", flush=True)
+    if not results:
+        return
     clean = results.get("clean")
     pair = results.get("clean_pair")
     lines = [

@@ -522,7 +522,8 @@ def test_a_hog_is_in_move_off_when_it_cannot_be_avoided() -> None:
 
 
 def test_a_quiet_process_is_neither_avoided_nor_moved() -> None:
-    s = suggest_g4(others=[*IDLE_PEERS, hog(900, "12-17,60-65", percent=5.0)])
+    # Under findings' neighbour floor (5% of a CPU) a process is noise.
+    s = suggest_g4(others=[*IDLE_PEERS, hog(900, "12-17,60-65", percent=4.0)])
     assert s.cpus == cpus("12-17,60-65") and s.move_off == ()
 
 

@@ -11,19 +11,16 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from affmon.core.cpuset import CpuSet, format_cpulist
-from affmon.core.domains import allowed_pool, fmt_cpus, gpu_domain, plural
+from affmon.core.domains import allowed_pool, gpu_domain
 from affmon.core.findings import DEFAULT_THRESHOLDS, Finding, Job, Neighbours, Thresholds, busy_threads, find_jobs
 from affmon.core.isolation import Candidate, left_alone
 from affmon.core.need import JobNeed, job_need, window_for
 from affmon.core.placements import Placement, placements
-from affmon.core.planner import DEMAND_HEADROOM, Occupant, Suggestion, suggest
+from affmon.core.planner import Occupant, Suggestion, suggest
 from affmon.core.rates import ProcessRates, Snapshot
 
 # Findings a different core set can fix; PCIE_DEGRADED cannot, AFFINITY_DRIFT carries its own.
 FIXABLE = frozenset({"STARVED", "MASK_TOO_NARROW", "CONTENDED", "CROSS_NUMA", "GPU_STARVED"})
-# The planner's own sentences that advice replaces with its measured ones.
-_PLANNER_DEMAND_WARNING = "Its busy threads want "
-_PLANNER_MOVE_WARNING = "This only helps if "
 
 
 def occupants(snapshot: Snapshot, job_pids: frozenset[int], t: Thresholds = DEFAULT_THRESHOLDS) -> list[Occupant]:
@@ -115,12 +112,11 @@ def _suggest(job: Job, snapshot: Snapshot, need: JobNeed, t: Thresholds) -> Sugg
         gpu_bus_ids=gpu_ids,
         allowed_cpus=allowed,
         current_cpus=frozenset(th.sample.psr for _, th in busy if th.sample.psr is not None),
-        # The planner sizes a window to ceil(demand x headroom): handing it need / headroom
-        # makes that the need, one CPU per busy thread at least.
-        demand_cpus=need.cpus / DEMAND_HEADROOM,
+        demand_cpus=need.demand_cpus,
         others=occupants(snapshot, job.pids, t),
+        need_cpus=need.cpus,
     )
-    return _worded(found, need, allowed_pool(topo, allowed)[0])
+    return _worded(found, need)
 
 
 def _allowed(job: Job, snapshot: Snapshot) -> CpuSet | None:
@@ -129,27 +125,12 @@ def _allowed(job: Job, snapshot: Snapshot) -> CpuSet | None:
     return ((root.cgroup_cpus & topo.online_cpus) if root.cgroup_cpus else None) or None
 
 
-def _worded(s: Suggestion, need: JobNeed, pool: CpuSet) -> Suggestion:
-    """The planner's suggestion with advice's measured sentences: how it was sized, and
-    whether the others have anywhere to go. When it holds every CPU the job may use,
-    nothing can move off it, so it recommends no isolation."""
+def _worded(s: Suggestion, need: JobNeed) -> Suggestion:
+    """The planner's suggestion with advice's measured sentence: how the job was sized."""
     reasons = list(s.reasons)
     at = next((i for i, r in enumerate(reasons) if r.startswith("Suggested: ")), len(reasons))
     reasons.insert(at, need.sentence)
-    warnings = [w for w in s.warnings if not w.startswith(_PLANNER_DEMAND_WARNING)]
-    if need.cpus > len(s.cpus):
-        warnings.append(
-            f"It needs {plural(need.cpus, 'CPU')} but the suggestion has only {len(s.cpus)}: its domain has no more."
-        )
-    move_off = s.move_off
-    if move_off and pool <= s.cpus:
-        warnings = [w for w in warnings if not w.startswith(_PLANNER_MOVE_WARNING)]
-        warnings.append(
-            f"Other busy processes ({', '.join(map(str, move_off))}) share CPUs {fmt_cpus(s.cpus)}, every CPU it may "
-            "use: there is nowhere to move them, so isolation cannot help here."
-        )
-        move_off = ()
-    return replace(s, reasons=tuple(reasons), warnings=tuple(dict.fromkeys(warnings)), move_off=move_off)
+    return replace(s, reasons=tuple(reasons))
 
 
 def suggestion_json(s: Suggestion) -> dict[str, object]:

@@ -55,8 +55,10 @@ from affmon.core.fmt import term_safe
 from affmon.core.l3_shares import rank_shares
 from affmon.core.topology import Topology, normalize_bus_id
 
-# A process using less than this (percent of one CPU) is noise, not a tenant to move.
-MOVE_OFF_MIN_CPU_PERCENT = 10.0
+# A process using less than this (percent of one CPU) is noise, not a tenant to move: the
+# floor below which ``findings`` counts no thread as a contender (``neighbour_floor_percent``),
+# so that every occupant advice hands over as contending is also one the planner avoids or moves.
+MOVE_OFF_MIN_CPU_PERCENT = 5.0
 # A job sized to its demand gets a quarter more: the demand is a one-second mean, and on
 # the H200 a job held to exactly ceil(demand) CPUs among isolated hogs stayed slow.
 DEMAND_HEADROOM = 1.25
@@ -252,8 +254,12 @@ def suggest(
     current_cpus: CpuSet,
     demand_cpus: float,
     others: Sequence[Occupant],
+    need_cpus: int | None = None,
 ) -> Suggestion:
-    """The CPUs one process (a training rank) should run on, given who else runs where."""
+    """The CPUs one process (a training rank) should run on, given who else runs where.
+    ``demand_cpus``: what its busy threads want (run + wait); the window is sized to
+    ``ceil(demand_cpus x DEMAND_HEADROOM)`` CPUs, or to ``need_cpus`` when the caller
+    measured the need itself (``need.py``: one CPU per busy thread at least)."""
     allowed, first_warnings = allowed_pool(topology, allowed_cpus)
     reasons: list[str] = []
     warnings = list(first_warnings)
@@ -297,7 +303,14 @@ def suggest(
     def first_gpu(bus_ids: Iterable[str]) -> int:
         return min((order.get(normalize_bus_id(b), len(order)) for b in bus_ids), default=len(order))
 
-    peers = [o for o in others if o.training and any(domain_of(b).cpus & pool for b in o.gpu_bus_ids)]
+    # A training process without a GPU (a CPU-only job) that holds CPUs of the pool is a
+    # peer too: it claims those cores just as a rank does.
+    peers = [
+        o
+        for o in others
+        if o.training
+        and (any(domain_of(b).cpus & pool for b in o.gpu_bus_ids) or (not o.gpu_bus_ids and _held(o) & pool))
+    ]
     ranks = sorted([(first_gpu(p.gpu_bus_ids), 0, p.pid) for p in peers] + [(first_gpu(targets), 1, 0)])
     position = ranks.index((first_gpu(targets), 1, 0))
     level = topology.l3_groups[0].level if topology.l3_groups else 3
@@ -306,7 +319,9 @@ def suggest(
     claimed = union(_held(o) for o in others if o.training)
     hogs = [o for o in others if not o.training and o.cpu_percent >= MOVE_OFF_MIN_CPU_PERCENT]
     busy = [o for o in others if o.cpu_percent >= MOVE_OFF_MIN_CPU_PERCENT]
-    need_cpus = math.ceil(demand_cpus * DEMAND_HEADROOM - 1e-9) if demand_cpus > 0 else 0
+    measured_need = need_cpus is not None
+    if need_cpus is None:
+        need_cpus = math.ceil(demand_cpus * DEMAND_HEADROOM - 1e-9) if demand_cpus > 0 else 0
     widest = max((len(u) for u in units), default=1)
     need_units = math.ceil(need_cpus / widest)
 
@@ -348,11 +363,22 @@ def suggest(
     kept = len(cpus & current_cpus)
     if kept:
         reasons.append(f"It keeps {kept} of the {len(current_cpus)} CPUs it ran on, so its caches stay warm.")
-    if demand_cpus > 0 and math.ceil(demand_cpus - 1e-9) > len(cpus):
+    if measured_need and need_cpus > len(cpus):
+        warnings.append(
+            f"It needs {plural(need_cpus, 'CPU')} but the suggestion has only {len(cpus)}: its domain has no more."
+        )
+    elif not measured_need and demand_cpus > 0 and math.ceil(demand_cpus - 1e-9) > len(cpus):
         warnings.append(f"Its busy threads want {demand_cpus:.1f} CPUs but the suggestion has only {len(cpus)}.")
     movers = [o for o in busy if o.cpus & cpus]
     move_off = tuple(sorted({o.pid for o in movers}))
-    if move_off:
+    if move_off and allowed <= cpus:
+        # Every CPU it may use is in the suggestion: there is nowhere to move the others to.
+        warnings.append(
+            f"Other busy processes ({', '.join(map(str, move_off))}) share CPUs {fmt_cpus(cpus)}, every CPU it may "
+            "use: there is nowhere to move them, so isolation cannot help here."
+        )
+        move_off = ()
+    elif move_off:
         named = ", ".join(
             f"{o.pid} ({term_safe(o.name)}, {o.cpu_percent:.0f}%)" for o in sorted(movers, key=lambda o: o.pid)
         )

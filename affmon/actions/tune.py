@@ -1,0 +1,445 @@
+"""``affmon tune``: let the job's own progress choose its placement, a closed loop.
+
+The ``Tuner`` measures the starting placement twice (the run-to-run spread), then tries
+each candidate placement the planner proposes (``advice.candidate_placements``): it pins
+the job there (``pin``, journaled, moving the others off when the candidate says so), lets
+it settle, measures a window, and puts everything back (``undo``) before the next one. The
+best two are measured again when they are within the spread; the best is then pinned once
+more and left in force: an ordinary journal entry, so one ``affmon undo PID`` restores the
+masks from before tune started, of the job and of every process it moved. Scores and the
+choice: ``affmon.core.tuning``.
+
+A candidate that breaks a rule of the planner (a CPU outside the job's allowed CPUs, a
+physical core split) is listed as refused and never pinned. A split placement (main loop
+and DataLoader workers on separate cores) is one journaled pin of its whole set, with the
+isolation, followed by unjournaled pins of the two halves: undoing the entry puts back
+every thread it recorded, whatever mask it has since.
+
+For a front end on a worker thread: ``prepare()`` samples the job and lists the
+candidates, ``step()`` does one unit of work (one measured placement) and returns False
+when done, ``abort()`` (any thread) stops at once, restores, and makes ``step()`` finish;
+``rows`` and ``result()`` are immutable values, and ``on_change`` is called with each
+changed row from the worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from affmon.actions.journal import Journal
+from affmon.actions.pin import PinResult, pin
+from affmon.actions.threads import AffinityOps
+from affmon.actions.undo import undo
+from affmon.collect.sampler import Sampler
+from affmon.core.advice import candidate_placements, job_of, movable_occupants
+from affmon.core.cpuset import CpuSet
+from affmon.core.domains import allowed_pool, fmt_cpus
+from affmon.core.errors import AffmonError, SourceError
+from affmon.core.findings import Job
+from affmon.core.isolation import Candidate, left_alone
+from affmon.core.placements import Placement
+from affmon.core.rates import Snapshot, make_snapshot
+from affmon.core.samples import Sample
+from affmon.core.topology import Topology
+from affmon.core.tuning import (
+    SCORE_UNITS,
+    Choice,
+    Measure,
+    ScoreKind,
+    best_two_close,
+    choose,
+    mean,
+    placement_problem,
+    spread_of,
+    window_measure,
+)
+
+RowStatus = Literal["waiting", "running", "measured", "refused", "failed", "skipped"]
+Isolation = Literal["auto", "never", "all"]
+Propose = Callable[[Job, Snapshot, Sequence[Snapshot]], list[Placement]]
+
+
+def _propose(job: Job, snapshot: Snapshot, window: Sequence[Snapshot]) -> list[Placement]:
+    return candidate_placements(job, snapshot, window=window)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the table: row 0 is the starting placement, as found."""
+
+    number: int
+    description: str
+    cpus: CpuSet | None  # None: the starting placement's mask is unknown
+    isolate: tuple[tuple[int, int], ...]  # (PID, start) of the processes moved off its CPUs
+    status: RowStatus
+    measures: tuple[Measure, ...] = ()
+    score: float | None = None  # the mean of the measures' scores
+    note: str = ""
+    placement: Placement | None = None
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    pid: int
+    score_kind: ScoreKind
+    spread: float | None
+    rows: tuple[Row, ...]
+    chosen: int | None  # the row kept (0: the starting placement); None when aborted or failed
+    why: str
+    pinned: PinResult | None  # the pin left in force (None: nothing changed)
+    aborted: bool
+    error: str | None
+
+    @property
+    def unit(self) -> str:
+        return SCORE_UNITS[self.score_kind]
+
+
+class _Aborted(Exception):
+    """abort() was called: restore and stop."""
+
+
+class Tuner:
+    def __init__(
+        self,
+        pid: int,
+        *,
+        start_ticks: int,
+        sampler: Sampler,
+        topology: Topology,
+        journal: Journal,
+        settle_s: float = 3.0,
+        window_s: float = 8.0,
+        with_children: bool = True,
+        isolation: Isolation = "auto",
+        max_candidates: int = 6,
+        interval_s: float = 1.0,
+        tick_s: float = 1.0,
+        ops: AffinityOps | None = None,
+        root: str = "/",
+        propose: Propose = _propose,
+        my_uid: int | None = None,
+        on_change: Callable[[Row], None] | None = None,
+    ) -> None:
+        self.pid = pid
+        self.start_ticks = start_ticks
+        self.sampler = sampler
+        self.topology = topology
+        self.journal = journal
+        self.settle_s = settle_s
+        self.window_s = window_s
+        self.with_children = with_children
+        self.isolation = isolation
+        self.max_candidates = max_candidates
+        self.interval_s = interval_s
+        self.tick_s = tick_s
+        self.ops = ops
+        self.root = root
+        self.propose = propose
+        self.my_uid = os.geteuid() if my_uid is None else my_uid
+        self.on_change = on_change
+        self.score_kind: ScoreKind = "cpu"
+        self.gpu_indices: frozenset[int] = frozenset()
+        self._rows: list[Row] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._steps: Iterator[None] | None = None
+        self._result: TuneResult | None = None
+        self._applied = False  # a trial's pin is in force (abort must undo it)
+        self._last: Sample | None = None
+        self._pinned: PinResult | None = None  # the last pin of the job tune made
+
+    # -- the API a front end drives ---------------------------------------------------
+
+    @property
+    def rows(self) -> tuple[Row, ...]:
+        with self._lock:
+            return tuple(self._rows)
+
+    def abort(self) -> None:
+        """Stop as soon as possible and put back what the current trial changed. Safe from
+        any thread and from a signal handler."""
+        self._stop.set()
+
+    @property
+    def aborted(self) -> bool:
+        return self._stop.is_set()
+
+    def prepare(self) -> tuple[Row, ...]:
+        """Sample the job over two intervals and list the rows (nothing changes)."""
+        if not self._rows:
+            self._prepare()
+        return self.rows
+
+    def step(self) -> bool:
+        """One unit of work; False once the result is ready (``result()``)."""
+        if self._result is not None:
+            return False
+        if self._steps is None:
+            self.prepare()
+            self._steps = self._run()
+        try:
+            next(self._steps)
+            return True
+        except StopIteration:
+            return self._result is None
+
+    def run(self) -> TuneResult:
+        while self.step():
+            pass
+        return self.result()
+
+    def result(self) -> TuneResult:
+        if self._result is None:
+            raise RuntimeError("tune has not finished")
+        return self._result
+
+    # -- preparing ------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        window = self._sample_window()
+        snapshot = window[-1]
+        job = job_of(snapshot, self.pid)
+        if job is None or job.root.sample.start_ticks != self.start_ticks:
+            raise SourceError(f"PID {self.pid} exited while affmon sampled it")
+        self.gpu_indices = frozenset(i for m in job.members for i in m.sample.gpu_indices)
+        utils = [g.sample.util_percent for g in snapshot.gpus if g.sample.index in self.gpu_indices]
+        self.score_kind = "gpu" if any(u is not None for u in utils) else "cpu"
+        main = job.root.sample.main_thread
+        mask = None if main is None or main.allowed_cpus is None else main.allowed_cpus & self.topology.online_cpus
+        cgroup = job.root.sample.cgroup_cpus
+        pool, _ = allowed_pool(self.topology, (cgroup & self.topology.online_cpus) if cgroup else None)
+        what = "unknown" if mask is None else fmt_cpus(mask)
+        rows = [Row(0, f"the starting placement: CPUs {what}, as found", mask, (), "waiting")]
+        seen: set[tuple[CpuSet, CpuSet | None, tuple[tuple[int, int], ...]]] = set()
+        if mask is not None:
+            seen.add((mask, None, ()))
+        tried = 0
+        for placement in self.propose(job, snapshot, window):
+            problem = placement_problem(self.topology, placement, pool)
+            if problem is not None:
+                rows.append(Row(len(rows), placement.description, placement.cpus, (), "refused", note=problem))
+                continue
+            if placement.main_cpus is not None and not self.with_children:
+                continue  # the workers are not pinned, so there is nothing to split
+            moved = self._to_move(snapshot, job, placement)
+            if placement.isolate and not moved:
+                placement = replace(placement, isolate=False)  # nothing movable: the same as leaving them
+            key = (placement.cpus, placement.main_cpus, moved)
+            if key in seen or tried >= self.max_candidates:
+                continue
+            seen.add(key)
+            tried += 1
+            rows.append(Row(len(rows), placement.description, placement.cpus, moved, "waiting", placement=placement))
+        with self._lock:
+            self._rows = rows
+
+    def _sample_window(self) -> list[Snapshot]:
+        previous = self.sampler.sample()
+        window = []
+        for _ in range(2):
+            if self._stop.wait(self.interval_s):
+                break
+            current = self.sampler.sample()
+            window.append(make_snapshot(previous, current, self.topology))
+            previous = current
+        if not window:
+            raise AffmonError("tune was interrupted before it changed anything")
+        self._last = previous
+        return window
+
+    def _to_move(self, snapshot: Snapshot, job: Job, placement: Placement) -> tuple[tuple[int, int], ...]:
+        """(PID, start) of the others to move off the placement's CPUs, by isolate's manners."""
+        if not placement.isolate or self.isolation == "never":
+            return ()
+        found = []
+        for o in movable_occupants(snapshot, job, placement.cpus):
+            process = snapshot.process(o.pid)
+            if process is None:
+                continue
+            s = process.sample
+            main = s.main_thread
+            allowed = (s.cgroup_cpus or self.topology.allowed_cpus) & self.topology.online_cpus
+            candidate = Candidate(
+                pid=s.pid,
+                uid=s.uid,
+                user=s.user,
+                kernel=s.kernel,
+                mask=None if main is None or main.allowed_cpus is None else main.allowed_cpus,
+                allowed=allowed or None,
+            )
+            if left_alone(candidate, self.my_uid, isolate_all=self.isolation == "all") is None:
+                found.append((s.pid, s.start_ticks))
+        return tuple(sorted(found))
+
+    # -- the loop -------------------------------------------------------------------
+
+    def _run(self) -> Iterator[None]:
+        try:
+            for _ in range(2):  # the starting placement, twice: the run-to-run spread
+                self._measure_row(0)
+                yield
+            for row in self.rows[1:]:
+                if row.status == "waiting":
+                    self._measure_row(row.number)
+                    yield
+            spread = self._spread()
+            close = best_two_close([r.score for r in self.rows], spread if spread is not None else 0.0)
+            if close is not None:
+                for number in close:
+                    self._measure_row(number, again=True)
+                    yield
+            choice = choose([r.score for r in self.rows], spread or 0.0, SCORE_UNITS[self.score_kind])
+            pinned = self._keep(choice)
+            self._finish(choice.row, choice.why, pinned, None)
+        except _Aborted:
+            self._restore()
+            self._skip_waiting()
+            self._finish(None, "aborted: the masks from before tune started are back", None, None, aborted=True)
+        except AffmonError as exc:
+            restored = self._restore()
+            self._skip_waiting()
+            why = "" if restored else "; run `affmon undo` to put the rest back"
+            self._finish(None, f"stopped: {exc}{why}", None, str(exc))
+
+    def _spread(self) -> float | None:
+        start = self.rows[0]
+        scores = [s for m in start.measures if (s := m.score(self.score_kind)) is not None]
+        return spread_of(scores[0], scores[1]) if len(scores) >= 2 else None
+
+    def _measure_row(self, number: int, again: bool = False) -> None:
+        if self._stop.is_set():
+            raise _Aborted()
+        row = self.rows[number]
+        self._set(replace(row, status="running", note="measuring again" if again else ""))
+        if row.placement is not None:
+            failure = self._apply(row)
+            if failure is not None:
+                self._set(replace(row, status="failed", note=failure))
+                return
+            self._wait(self.settle_s)
+        measured = self._window()
+        if row.placement is not None:
+            self._restore(check=True)
+        row = self.rows[number]
+        measures = (*row.measures, measured)
+        scores = [s for m in measures if (s := m.score(self.score_kind)) is not None]
+        self._set(replace(row, status="measured", measures=measures, score=mean(scores), note=""))
+
+    def _apply(self, row: Row) -> str | None:
+        """Pin the job as ``row`` says; why not, in one line (nothing is then in force)."""
+        placement = row.placement
+        assert placement is not None
+        result = self._pin(placement.cpus, row.isolate)
+        self._pinned = result
+        if not result.ok:
+            if result.changed and not result.rolled_back:
+                self._applied = True
+                self._restore()
+            return f"the pin failed: {result.error}"
+        self._applied = True
+        if placement.main_cpus is not None and placement.worker_cpus is not None:
+            problem = self._split(placement.main_cpus, placement.worker_cpus)
+            if problem is not None:
+                self._restore()
+                return problem
+        return None
+
+    def _pin(self, cpus: CpuSet, isolate: tuple[tuple[int, int], ...]) -> PinResult:
+        return pin(
+            self.pid,
+            cpus,
+            start_ticks=self.start_ticks,
+            with_children=self.with_children,
+            root=self.root,
+            ops=self.ops,
+            journal=self.journal,
+            isolate=bool(isolate),
+            isolate_candidates=isolate,
+            isolate_all=self.isolation == "all",
+        )
+
+    def _split(self, main: CpuSet, workers: CpuSet) -> str | None:
+        """The halves of a split, unjournaled: the journaled pin of the whole set before
+        it recorded every thread's old mask, which is what undo puts back."""
+        sample = self.sampler.sample()
+        self._last = sample
+        children = [(p.pid, p.start_ticks) for p in sample.processes if p.ppid == self.pid]
+        results = [pin(self.pid, main, start_ticks=self.start_ticks, root=self.root, ops=self.ops)]
+        for child, start in children:
+            results.append(pin(child, workers, start_ticks=start, with_children=True, root=self.root, ops=self.ops))
+        failed = next((r for r in results if not r.ok and "no such process" not in (r.error or "")), None)
+        return None if failed is None else f"the split failed: {failed.error}"
+
+    def _restore(self, check: bool = False) -> bool:
+        """Undo the trial's pin (the newest journal entry of the job); True when nothing
+        is left to put back. With ``check``, a failure stops the run."""
+        if not self._applied:
+            return True
+        result = undo(self.journal, self.pid, ops=self.ops, root=self.root)
+        self._applied = not result.ok
+        if check and not result.ok:
+            raise AffmonError(f"could not restore after a trial: {result.error}")
+        return result.ok
+
+    def _keep(self, choice: Choice) -> PinResult | None:
+        if choice.row == 0:
+            return None
+        row = self.rows[choice.row]
+        assert row.placement is not None
+        failure = self._apply(row)
+        if failure is not None:
+            raise AffmonError(f"could not pin the chosen placement (row {row.number}): {failure}")
+        self._applied = False  # in force on purpose: ``affmon undo PID`` takes it back
+        return self._pinned
+
+    def _window(self) -> Measure:
+        """Sample every ``tick_s`` for ``window_s``; the window's measure."""
+        previous = self.sampler.sample()
+        ticks: list[Snapshot] = []
+        left = self.window_s
+        while left > 1e-6:
+            self._wait(min(self.tick_s, left))
+            current = self.sampler.sample()
+            tick = make_snapshot(previous, current, self.topology)
+            ticks.append(tick)
+            left -= tick.interval_s
+            previous = current
+        self._last = previous
+        return window_measure(ticks, self.pid, self.with_children, self.gpu_indices)
+
+    def _wait(self, seconds: float) -> None:
+        if self._stop.wait(seconds):
+            raise _Aborted()
+
+    # -- bookkeeping ----------------------------------------------------------------
+
+    def _set(self, row: Row) -> None:
+        with self._lock:
+            self._rows[row.number] = row
+        if self.on_change is not None:
+            self.on_change(row)
+
+    def _skip_waiting(self) -> None:
+        for row in self.rows:
+            if row.status in ("waiting", "running"):
+                self._set(replace(row, status="skipped", note="not tried: tune stopped"))
+
+    def _finish(
+        self, chosen: int | None, why: str, pinned: PinResult | None, error: str | None, *, aborted: bool = False
+    ) -> None:
+        self._result = TuneResult(
+            pid=self.pid,
+            score_kind=self.score_kind,
+            spread=self._spread() if self.rows else None,
+            rows=self.rows,
+            chosen=chosen,
+            why=why,
+            pinned=pinned,
+            aborted=aborted,
+            error=error,
+        )
