@@ -64,6 +64,7 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batches: Iter
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--model", choices=("resnet18", "resnet50"), default="resnet18")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--work", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=20, help="steps before measuring")
@@ -71,7 +72,7 @@ def main() -> None:
     ap.add_argument("--report-every", type=float, default=0.0, help="also print RATE lines this often (s)")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
-    model = torchvision.models.resnet18(num_classes=1000).cuda().to(memory_format=torch.channels_last)
+    model = getattr(torchvision.models, a.model)(num_classes=1000).cuda().to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(
         Augmented(10**7, a.work),
