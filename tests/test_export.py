@@ -32,6 +32,7 @@ from affmon.commands.export import listen_address
 from affmon.core.recording import read_recording
 from affmon.core.samples import GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
 from affmon.core.topology import NumaNode, Topology
+from affmon.export import catalogue as m
 from affmon.export.catalogue import CATALOGUE
 from affmon.export.collector import StateCollector
 from affmon.export.families import Family, families
@@ -332,9 +333,17 @@ def test_recorded_job_findings_are_those_of_diagnose(narrow_state):
     assert ("GPU_STARVED", "bad", "0") in rows and ("MASK_TOO_NARROW", "bad", "") in rows
 
 
+# Families from what the narrow recording was made without (context, numa_maps, the loop
+# probe); test_context_memory_and_loop_families covers them.
+NEWER_THAN_NARROW = {m.PROCESS_CONTEXT_INFO, m.PROCESS_MEMORY, m.LOOP_SHARE, m.LOOP_GPU_BUSY}
+
+
 def test_recorded_job_as_exposition_types_labels_and_gpu(narrow_state):
     got = parsed(exposition(narrow_state, threads=True))
     for spec in CATALOGUE:
+        if spec in NEWER_THAN_NARROW:
+            assert spec.name not in got, spec.name
+            continue
         assert spec.name in got, f"{spec.name}: no series"
         kind, samples = got[spec.name]
         assert kind == spec.kind, spec.name
@@ -613,3 +622,44 @@ def test_dashboard_is_grafana_json():
     assert len(ids) == len(set(ids))
     variables = {v["name"] for v in board["templating"]["list"]}
     assert {"datasource", "instance", "job"} <= variables
+
+
+def test_context_memory_and_loop_families(narrow_state):
+    """A rank with a Slurm context, numa_maps and a probed loop: one context series with
+    bounded labels, one memory series per node, five shares summing to 1."""
+    from dataclasses import replace
+
+    from affmon.core.context import Context
+    from affmon.core.loop import LoopBreakdown
+    from affmon.core.loop_report import LoopReport
+    from affmon.core.samples import NodeMemory
+
+    snap = narrow_state.snapshot
+    target = next(p for p in snap.processes if p.sample.watched and p.sample.training)
+    sample = replace(
+        target.sample,
+        context=Context(scheduler="slurm", slurm_job_id="4242", slurm_step="0", local_rank=1, numa_binding="node"),
+        memory=NodeMemory({0: 3 << 30, 1: 1 << 20}, {0: 3 << 30}, mappings=9),
+    )
+    processes = tuple(replace(p, sample=sample) if p is target else p for p in snap.processes)
+    shares = {"on_cpu": 0.1, "cpu_wait": 0.05, "data_wait": 0.6, "gpu_wait": 0.2, "other": 0.05}
+    breakdown = LoopBreakdown(sample.pid, sample.pid, 1.0, shares, 0.34, True, 0.0, 20)
+    report = LoopReport(sample.pid, sample.name, None, breakdown, "input", "", None)  # type: ignore[arg-type]
+    state = replace(narrow_state, snapshot=replace(snap, processes=processes), loops={sample.pid: report})
+    got = parsed(exposition(state))
+    (context,) = got["affmon_process_context_info"][1]
+    assert context.labels == {
+        "pid": str(sample.pid),
+        "name": sample.name,
+        "scheduler": "slurm",
+        "slurm_job": "4242.0",
+        "pod_uid": "",
+        "local_rank": "1",
+        "numa_binding": "node",
+    }
+    memory = {s.labels["numa_node"]: s.value for s in got["affmon_process_memory_bytes"][1]}
+    assert memory == {"0": float(3 << 30), "1": float(1 << 20)}
+    loop = {s.labels["share"]: s.value for s in got["affmon_loop_share"][1]}
+    assert loop == shares and sum(loop.values()) == pytest.approx(1.0)
+    (busy,) = got["affmon_loop_gpu_busy_ratio"][1]
+    assert busy.value == pytest.approx(0.34)

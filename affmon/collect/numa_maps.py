@@ -40,7 +40,7 @@ from collections.abc import Iterable
 
 from affmon.collect.fs import UNAVAILABLE, is_live, quoted, read_text
 from affmon.core.errors import ParseError
-from affmon.core.memory import NodeMemory
+from affmon.core.samples import NodeMemory
 
 MAX_NUMA_MAPS_BYTES = 16 << 20
 MIN_REREAD_PERIOD_S = 5.0

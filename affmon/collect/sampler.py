@@ -15,6 +15,10 @@ been scheduled since; ``sched`` (switches, migrations) only when its ``schedstat
 (a thread that was not scheduled cannot have switched), the previous counters carried
 otherwise. ``status`` is read once per watched process.
 
+A watched process's context (``affmon.collect.context``: Slurm, Kubernetes, torchrun) is
+read once; a watched training process's pages per NUMA node (``numa_maps``) every few
+seconds, the period stretched by what the last read cost (it walks the page tables).
+
 A process that is not watched and not training, whose whole CPU time (``/proc/PID/stat``,
 read for every process anyway) grew by less than ``CARRY_BELOW_PERCENT`` of one CPU since
 its last sample, cannot hold a thread any rule counts (a contender, an occupant to move):
@@ -44,6 +48,8 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from affmon.collect.cgroup import Mount, cgroup_cpuset, read_mounts
+from affmon.collect.context import ContextReader
+from affmon.collect.numa_maps import read_numa_maps, reread_period_s
 from affmon.collect.procfs import (
     CLOCK_TICKS_PER_S,
     PF_KTHREAD,
@@ -56,9 +62,10 @@ from affmon.collect.procfs import (
     parse_cmdline,
     parse_schedstat,
 )
+from affmon.core.context import Context
 from affmon.core.cpuset import CpuSet
 from affmon.core.errors import ParseError, SourceError
-from affmon.core.samples import GpuSample, ProcessSample, Sample, ThreadSample
+from affmon.core.samples import GpuSample, NodeMemory, ProcessSample, Sample, ThreadSample
 
 _PYTHON_RE = re.compile(r"^(python|pypy)[0-9.]*[a-z]?$")
 # Launchers that are python programs but may show up under their own name (their
@@ -172,6 +179,10 @@ class _ProcessMemo:
     seen_ticks: int = -1  # utime + stime at the last sample, read or carried
     seen_s: float = float("-inf")  # when that was
     carried: int = 0  # samples in a row whose threads were carried, not read
+    ppid: int = 0
+    context: Context | None = None  # read once, the first time it is watched
+    memory: NodeMemory | None = None  # numa_maps, for a watched training process
+    memory_due_s: float = float("-inf")
 
 
 GpuSource = Callable[[], tuple[GpuSample, ...]]
@@ -194,6 +205,7 @@ class Sampler:
         self._self_pid = os.getpid() if self.proc.live else -1
         self._memo: dict[int, _ProcessMemo] = {}
         self._users: dict[int, str | None] = {}
+        self._contexts = ContextReader(self.proc, clock)
         self._mounts: tuple[Mount, ...] = ()
         self._mounts_read_at = float("-inf")
 
@@ -262,6 +274,7 @@ class Sampler:
                 cmdline=None if raw is None else parse_cmdline(raw),
                 candidate=is_training_candidate(stat.comm, argv),
                 affmon=is_affmon(stat.comm, argv),
+                ppid=stat.ppid,
             )
             status = _or_none(self.proc.status, stat.pid)
             memo.uid = status.uid if status else None
@@ -362,6 +375,8 @@ class Sampler:
         memo.quiet_ticks = memo.quiet_ticks + 1 if quiet else 0
         if not seen:
             return None  # exited while we read it
+        if watched:
+            self._placement(memo, pid, now, training)
         return self._process_sample(stat, memo, status, cgroup_cpus, gpu_use, watched, training, read=True)
 
     def _process_sample(
@@ -396,7 +411,38 @@ class Sampler:
             kernel=bool(stat.flags & PF_KTHREAD),
             cpu_ns=_tick_ns(stat),
             threads_read=read,
+            memory=memo.memory,
+            context=memo.context,
         )
+
+    def _placement(self, memo: _ProcessMemo, pid: int, now: float, training: bool) -> None:
+        """What placed a watched process (once), and where a training process's pages are
+        (``numa_maps``, every few seconds: ``reread_period_s`` of what the last read cost)."""
+        if memo.context is None:
+            memo.context = self._contexts.read(pid, self._launcher_argv(memo))
+        if training and now >= memo.memory_due_s:
+            t0 = time.perf_counter()
+            try:
+                memo.memory = read_numa_maps(pid, self.root)
+            except ParseError:
+                memo.memory = None
+            memo.memory_due_s = now + reread_period_s(time.perf_counter() - t0)
+
+    def _launcher_argv(self, memo: _ProcessMemo) -> list[str] | None:
+        """The command line of the nearest torchrun above the process (at most 8 levels)."""
+        ppid = memo.ppid
+        for _ in range(8):
+            parent = self._memo.get(ppid)
+            if parent is None:
+                return None
+            if (
+                parent.comm == "torchrun"
+                or "torch.distributed.run" in parent.argv[:4]
+                or any(os.path.basename(a) == "torchrun" for a in parent.argv[:2])
+            ):
+                return parent.argv
+            ppid = parent.ppid
+        return None
 
     def _quiet_thread(self, pid: int, tid: int, prev: _ThreadMemo) -> _ThreadMemo | None:
         """A thread of a process that used less than one clock tick of CPU since the last

@@ -88,9 +88,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     raise_fd_limit()  # the connection limit takes at most half of what is free (affmon.export.server)
     host, port = args.listen
-    with live_sources(Selection(pids=tuple(args.pid), others=True)) as src:
+    with live_sources(Selection(pids=tuple(args.pid), others=True), loops=True) as src:
         exporter = Exporter(
-            src.sampler.sample,
+            src.sample,
             src.topology,
             interval_s=args.interval,
             threads=args.threads,

@@ -67,6 +67,8 @@ def process_json(p: ProcessRates, loop: LoopReport | None = None) -> dict[str, A
     }
     if loop is not None:
         data["loop"] = loop.to_json()
+    data["memory_by_node"] = None if s.memory is None else s.memory.to_json()
+    data["context"] = None if s.context is None or s.context.empty else s.context.to_json()
     return data
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.fmt import term_safe
 from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
+from affmon.core.samples import NodeMemory
 from affmon.core.topology import Topology
 
 
@@ -652,6 +653,7 @@ def evaluate(snapshot: Snapshot, ctx: Context) -> list[Finding]:
         findings += rule_cross_numa(job, snapshot, ctx)
         findings += rule_gpu_starved(job, snapshot, ctx)
         findings += rule_affinity_drift(job, ctx)
+        findings += rule_remote_memory(job, snapshot.topology, _memory_of)
     users = {i: job.pid for job in jobs for m in job.members for i in m.sample.gpu_indices}
     for gpu in snapshot.gpus:
         found = rule_pcie_degraded(gpu, ctx.thresholds)
@@ -716,3 +718,11 @@ class FindingTracker:
 def exit_status(findings: Iterable[Finding]) -> int:
     """``affmon diagnose``'s exit status: 1 when any finding is warn or bad."""
     return 1 if any(f.severity >= Severity.WARN for f in findings) else 0
+
+
+def _memory_of(p: ProcessRates) -> NodeMemory | None:
+    return p.sample.memory
+
+
+# Last: the memory rule builds its findings from the types above.
+from affmon.core.memory import rule_remote_memory  # noqa: E402

@@ -23,46 +23,15 @@ module lazily (inside ``evaluate``), since this one imports ``Finding`` from it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.findings import Finding, Job, Severity
 from affmon.core.rates import ProcessRates
+from affmon.core.samples import NodeMemory
 from affmon.core.topology import Topology
 
 MIB = 1 << 20
-
-
-@dataclass(frozen=True)
-class NodeMemory:
-    """A process's resident pages per NUMA node, in bytes (page counts times each
-    mapping's own page size, ``kernelpagesize_kB``: a 2 MiB huge page counts 2 MiB).
-
-    ``resident_bytes_by_node``: every page mapped into the process (anonymous, file,
-    shared memory, huge pages). ``anon_bytes_by_node``: the part in anonymous mappings
-    (module doc; what the rule judges). ``unsized_pages``: pages of mappings that gave no page
-    size and are huge pages of an unknown size (kernels before 3.19), left out of
-    both. ``truncated``: the reader stopped at its size bound, so the counts cover the
-    mappings read before it. Node ids are the kernel's (possibly sparse)."""
-
-    resident_bytes_by_node: Mapping[int, int] = field(default_factory=dict)
-    anon_bytes_by_node: Mapping[int, int] = field(default_factory=dict)
-    mappings: int = 0
-    unsized_pages: int = 0
-    truncated: bool = False
-
-    @property
-    def resident_bytes(self) -> int:
-        return sum(self.resident_bytes_by_node.values())
-
-    @property
-    def anon_bytes(self) -> int:
-        return sum(self.anon_bytes_by_node.values())
-
-    def to_json(self) -> dict[str, int]:
-        """``memory_by_node`` as ``snapshot --json`` prints it: node id (a JSON key, so
-        text) -> resident bytes, in node order."""
-        return {str(node): self.resident_bytes_by_node[node] for node in sorted(self.resident_bytes_by_node)}
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ Line 1 is a header: ``{"affmon_recording": 1, "topology": {...}, "host": ..., "n
 "interval_s": ...}``; every following line is ``{"sample": {...}}``, one tick. CPU sets
 are kernel cpulists. Readers refuse other versions with a one-line ``ParseError``. Keys added
 since version 1 (``cpu_ns``, ``threads_read``, a probed process's ``loop`` window:
-``affmon.core.recording_loop``) are optional: older recordings read without them.
+``affmon.core.recording_loop``; ``memory`` and ``context``:
+``affmon.core.recording_extras``) are optional: older recordings read without them.
 
 A recording keeps the command lines of the watched processes only (``private_sample``):
 the other processes are sampled as evidence of what else runs on the job's CPUs, and
@@ -33,6 +34,7 @@ from affmon.core.json_values import (
     read_opt_str,
     read_str,
 )
+from affmon.core.recording_extras import context_from_json, context_to_json, memory_from_json, memory_to_json
 from affmon.core.recording_loop import window_from_json, window_to_json
 from affmon.core.samples import GpuProcess, GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
 from affmon.core.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
@@ -156,6 +158,10 @@ def process_to_json(p: ProcessSample) -> dict[str, Any]:
         data["threads_read"] = False
     if p.loop is not None:
         data["loop"] = window_to_json(p.loop)
+    if p.memory is not None:
+        data["memory"] = memory_to_json(p.memory)
+    if p.context is not None:
+        data["context"] = context_to_json(p.context)
     return data
 
 
@@ -183,6 +189,8 @@ def process_from_json(d: dict[str, Any]) -> ProcessSample:
         cpu_ns=read_opt_int(d.get("cpu_ns"), "cpu_ns"),
         threads_read=read_bool(d.get("threads_read", True), "threads_read"),
         loop=None if loop is None else window_from_json(loop, pid),
+        memory=None if d.get("memory") is None else memory_from_json(d["memory"]),
+        context=None if d.get("context") is None else context_from_json(d["context"]),
     )
 
 

@@ -7,10 +7,44 @@ the UI without sharing anything mutable. Rates come from two samples (``rates.py
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from affmon.core.context import Context
 from affmon.core.cpuset import CpuSet
 from affmon.core.loop import LoopWindow
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    """A process's resident pages per NUMA node, in bytes (page counts times each
+    mapping's own page size, ``kernelpagesize_kB``: a 2 MiB huge page counts 2 MiB).
+
+    ``resident_bytes_by_node``: every page mapped into the process (anonymous, file,
+    shared memory, huge pages). ``anon_bytes_by_node``: the part in anonymous mappings
+    (module doc; what the rule judges). ``unsized_pages``: pages of mappings that gave no page
+    size and are huge pages of an unknown size (kernels before 3.19), left out of
+    both. ``truncated``: the reader stopped at its size bound, so the counts cover the
+    mappings read before it. Node ids are the kernel's (possibly sparse)."""
+
+    resident_bytes_by_node: Mapping[int, int] = field(default_factory=dict)
+    anon_bytes_by_node: Mapping[int, int] = field(default_factory=dict)
+    mappings: int = 0
+    unsized_pages: int = 0
+    truncated: bool = False
+
+    @property
+    def resident_bytes(self) -> int:
+        return sum(self.resident_bytes_by_node.values())
+
+    @property
+    def anon_bytes(self) -> int:
+        return sum(self.anon_bytes_by_node.values())
+
+    def to_json(self) -> dict[str, int]:
+        """``memory_by_node`` as ``snapshot --json`` prints it: node id (a JSON key, so
+        text) -> resident bytes, in node order."""
+        return {str(node): self.resident_bytes_by_node[node] for node in sorted(self.resident_bytes_by_node)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +98,11 @@ class ProcessSample:
     # the interval this sample closes; None where it was not probed (not a rank nor a
     # ``--pid`` process, the first sample of a run, a recording made without it).
     loop: LoopWindow | None = None
+    # Where its pages are, per NUMA node (``/proc/PID/numa_maps``): read for watched
+    # training processes every few seconds, carried in between; None where not read.
+    memory: NodeMemory | None = None
+    # What placed it (Slurm, Kubernetes, torchrun): read once per process, for watched ones.
+    context: Context | None = None
 
     @property
     def key(self) -> tuple[int, int]:

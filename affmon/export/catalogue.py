@@ -85,6 +85,34 @@ PROCESS_INFO = MetricSpec(
     "job (training rank) it belongs to, its GPUs and their NUMA nodes (comma-separated; empty when none).",
 )
 
+PROCESS_CONTEXT_INFO = MetricSpec(
+    "affmon_process_context_info",
+    "gauge",
+    ("pid", "name", "scheduler", "slurm_job", "pod_uid", "local_rank", "numa_binding"),
+    "Always 1, for a watched process something placed: the scheduler (slurm, kubernetes), the Slurm job id "
+    "(job.step), the Kubernetes pod UID, its local rank (LOCAL_RANK, else SLURM_LOCALID) and torchrun's "
+    "--numa-binding mode; empty where unknown. One series per process; every value is at most 64 characters.",
+)
+PROCESS_MEMORY = MetricSpec(
+    "affmon_process_memory_bytes",
+    "gauge",
+    ("pid", "name", "numa_node"),
+    "Resident bytes of a watched training process on each NUMA node (/proc/PID/numa_maps, re-read every few seconds).",
+)
+LOOP_SHARE = MetricSpec(
+    "affmon_loop_share",
+    "gauge",
+    ("pid", "name", "share"),
+    "Share of the last interval the training loop's thread spent on_cpu, cpu_wait, data_wait, gpu_wait or "
+    "other (docs/loop.md); the five sum to 1. Only for processes whose loop is probed.",
+)
+LOOP_GPU_BUSY = MetricSpec(
+    "affmon_loop_gpu_busy_ratio",
+    "gauge",
+    ("pid", "name"),
+    "Mean NVML utilisation of the process's GPUs over the same interval as affmon_loop_share, 0 to 1.",
+)
+
 THREAD_CPU = _thread("cpu_seconds_total", "counter", "CPU time of the thread.")
 THREAD_WAIT = _thread("run_queue_wait_seconds_total", "counter", "Run-queue wait of the thread.")
 THREAD_VOLUNTARY = _thread("voluntary_switches_total", "counter", "Voluntary context switches of the thread.")
@@ -154,6 +182,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     PROCESS_MASK_CPUS,
     PROCESS_NODES_RUN_ON,
     PROCESS_INFO,
+    PROCESS_CONTEXT_INFO,
+    PROCESS_MEMORY,
+    LOOP_SHARE,
+    LOOP_GPU_BUSY,
     THREAD_CPU,
     THREAD_WAIT,
     THREAD_VOLUNTARY,

@@ -79,6 +79,19 @@ def _process(out: _Builder, p: ProcessRates, totals: ProcessTotals | None, state
     nodes = [n for n in (gpu_nodes.get(i) for i in s.gpu_indices) if n is not None]
     job = state.job_of.get(s.pid)
     out.add(m.PROCESS_INFO, (*labels, s.user, job, _joined(s.gpu_indices), _joined(nodes)), 1)
+    c = s.context
+    if c is not None and not c.empty:
+        job_id = None if c.slurm_job_id is None else c.slurm_job_id + (f".{c.slurm_step}" if c.slurm_step else "")
+        rank = c.local_rank if c.local_rank is not None else c.slurm_local_id
+        out.add(m.PROCESS_CONTEXT_INFO, (*labels, c.scheduler, job_id, c.pod_uid, rank, c.numa_binding), 1)
+    if s.memory is not None:
+        for node, size in sorted(s.memory.resident_bytes_by_node.items()):
+            out.add(m.PROCESS_MEMORY, (*labels, node), size)
+    loop = state.loops.get(s.pid)
+    if loop is not None and loop.breakdown is not None:
+        for share, value in loop.breakdown.shares.items():
+            out.add(m.LOOP_SHARE, (*labels, share), value)
+        out.add(m.LOOP_GPU_BUSY, labels, loop.breakdown.gpu_busy)
 
 
 def _demand_ns(th: ThreadRates) -> int:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from affmon.core import tick
 from affmon.core.findings import ExpectedMasks, Finding, FindingTracker
+from affmon.core.loop_report import LoopReport
 from affmon.core.rates import GpuRates, Snapshot
 from affmon.core.samples import GpuSample, ProcessSample, Sample, ThreadSample
 from affmon.core.topology import Topology
@@ -160,6 +161,7 @@ class ExportState:
     tracker: FindingTracker = field(default_factory=FindingTracker)
     findings: tuple[Finding, ...] = ()  # active, debounced, of processes still alive
     job_of: Mapping[int, int] = field(default_factory=dict)  # watched pid -> its job's root pid
+    loops: Mapping[int, LoopReport] = field(default_factory=dict)  # pid -> its training loop's breakdown
     samples_total: int = 0
     errors_total: int = 0
     sample_duration_s: float | None = None
@@ -195,6 +197,7 @@ def step(
         tracker=ticked.tracker,
         findings=ticked.findings,
         job_of={m.sample.pid: job.pid for job in ticked.jobs for m in job.members},
+        loops=ticked.loops,
     )
 
 
