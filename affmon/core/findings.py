@@ -643,6 +643,8 @@ def rule_affinity_drift(job: Job, ctx: Context) -> list[Finding]:
 
 def evaluate(snapshot: Snapshot, ctx: Context) -> list[Finding]:
     """Every rule on one interval, before debouncing."""
+    from affmon.core.memory import rule_remote_memory  # it builds its findings from this module's types
+
     jobs = find_jobs(snapshot)
     findings: list[Finding] = []
     everyone = Neighbours(snapshot, ctx.thresholds)
@@ -722,7 +724,3 @@ def exit_status(findings: Iterable[Finding]) -> int:
 
 def _memory_of(p: ProcessRates) -> NodeMemory | None:
     return p.sample.memory
-
-
-# Last: the memory rule builds its findings from the types above.
-from affmon.core.memory import rule_remote_memory  # noqa: E402

@@ -4,17 +4,24 @@ from a recording with a fake pinner.
 Sampling runs in a thread worker: it takes one sample, feeds the ``Monitor`` (owned by
 that worker alone) and posts the immutable ``View`` it returns. The next tick is
 scheduled only when the current one has finished, so a slow tick (NVML, thousands of
-threads) delays the next one and never piles up. Everything else here is the UI thread:
-it lays the view out, keeps view state (selection, sort, filter, toggles) and asks the
-pinner only after a confirmation screen. The status line shows errors and findings'
-messages through ``term_safe`` (a bad recording's error quotes its text).
+threads) delays the next one and never piles up; it is due one interval after the
+current one's sample *started*, so a tick that costs 100 ms still leaves 1 s between
+samples at ``--interval 1`` (counted from its end, the monitor kept 1.1 s and fell
+behind). Live, the first sample is read while Textual starts, and shown at once as a
+first look (``Monitor.first_look``: no rates) until the first interval closes.
+Everything else here is the UI thread: it lays the view out, keeps view state
+(selection, sort, filter, toggles) and asks the pinner only after a confirmation screen.
+The status line shows errors and findings' messages through ``term_safe`` (a bad
+recording's error quotes its text).
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import ClassVar
 
 from rich.text import Text
@@ -30,6 +37,7 @@ from textual.worker import Worker, WorkerState
 
 from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
+from affmon.core.samples import Sample
 from affmon.sources.stream import LiveSource, Source
 from affmon.tui.model.monitor import HISTORY_LEN, Monitor
 from affmon.tui.model.table import SORTS, TableOptions, next_sort, process_key, table_rows
@@ -45,6 +53,14 @@ from affmon.tui.widgets.processes import ProcessTable
 from affmon.tui.widgets.quiet import QuietStatic
 
 FIRST_INTERVAL_S = 0.5  # live: the first view covers this interval, then --interval
+MIN_DELAY_S = 0.01  # Textual's timers need a period; a tick that overran starts the next this soon
+
+
+def next_delay(pace_s: float, started_s: float, now_s: float) -> float:
+    """Seconds from ``now_s`` until the next tick: ``pace_s`` after the last one started
+    (``started_s``), at least ``MIN_DELAY_S``: a tick that took longer than the interval
+    is followed at once, never overlapped."""
+    return max(MIN_DELAY_S, pace_s - max(0.0, now_s - started_s))
 
 
 class ViewReady(Message):
@@ -101,9 +117,17 @@ class AffmonApp(App[None]):
         self._pending_select: str | None = process_key(focus_pid) if focus_pid is not None else None
         self._timer: Timer | None = None
         self._ticking = False
+        self._tick_started_s = 0.0  # when the newest sample's reading started (written by the thread reading it)
         self._error: str | None = None
         self._note = ""
         self._palette: Palette | None = None
+        self._panes_shown: tuple[object, ...] | None = None  # what the side panes were last built from
+        self._early: Future[Sample | None] | None = None
+        if autostart and isinstance(source, LiveSource):
+            # The first sample is read while Textual starts (imports done, CSS, layout: a few
+            # hundred ms): the first tick takes it from here instead of reading it then.
+            self._early = Future()
+            threading.Thread(target=self._read_early, name="affmon-first-sample", daemon=True).start()
 
     # -- layout ---------------------------------------------------------------------
 
@@ -152,16 +176,38 @@ class AffmonApp(App[None]):
         self._ticking = True
         return self._sample()
 
+    def _read_early(self) -> None:
+        assert self._early is not None
+        self._tick_started_s = time.monotonic()
+        try:
+            self._early.set_result(self.source.next_sample())
+        except BaseException as exc:  # the first tick raises it, as if it had read the sample itself
+            self._early.set_exception(exc)
+
+    def _next_sample(self) -> Sample | None:
+        """The next sample, noting when its reading started: the next tick is due one
+        interval after that (a first sample read early counts from when it was read, so the
+        first interval stays FIRST_INTERVAL_S however long Textual took to start)."""
+        early, self._early = self._early, None
+        if early is not None:
+            return early.result()
+        self._tick_started_s = time.monotonic()
+        return self.source.next_sample()
+
     @work(thread=True, exclusive=True, group="sampler", exit_on_error=False)
     def _sample(self) -> None:
         # A replay's first tick takes two samples: a view needs an interval. Live, two
         # samples taken back to back would give rates over a tenth of a second: the first
-        # view waits for the next tick, FIRST_INTERVAL_S later.
-        for _ in range(1 if isinstance(self.source, LiveSource) else 2):
-            sample = self.source.next_sample()
+        # view waits for the next tick, FIRST_INTERVAL_S later, and meanwhile the screen
+        # shows what one sample can (processes, masks, threads; every rate unknown).
+        live = isinstance(self.source, LiveSource)
+        for _ in range(1 if live else 2):
+            sample = self._next_sample()
             if sample is None:
                 return
             view = self.monitor.feed(sample, self.source.expected_masks(), finished=self.source.exhausted)
+            if view is None and live and self.monitor.samples_seen == 1:
+                view = self.monitor.first_look(sample)
             if view is not None:
                 self.post_message(ViewReady(view))
                 return
@@ -186,9 +232,9 @@ class AffmonApp(App[None]):
         if not self.autostart or self.paused or self.source.exhausted:
             return
         pace = self.interval if self.interval is not None else self.source.pace_s()
-        if self.view is None and isinstance(self.source, LiveSource):
+        if (self.view is None or not self.view.measured) and isinstance(self.source, LiveSource):
             pace = min(pace, FIRST_INTERVAL_S)  # the first view sooner, over a real interval
-        self._timer = self.set_timer(max(pace, 0.01), self.tick)  # Textual's timers need a period
+        self._timer = self.set_timer(next_delay(pace, self._tick_started_s, time.monotonic()), self.tick)
 
     @on(ViewReady)
     def _on_view(self, message: ViewReady) -> None:
@@ -210,10 +256,11 @@ class AffmonApp(App[None]):
         with self.batch_update():
             self.query_one(HeaderBar).show(view.header, paused=self.paused, palette=p)
             # No GPU (no NVML, or none found): the header says so; the panel's lines go to the table.
-            self.query_one("#gpu-row").display = bool(view.gpus)
+            gpu_row = self.query_one("#gpu-row")
+            if gpu_row.display != bool(view.gpus):
+                gpu_row.display = bool(view.gpus)
             self.query_one(GpuPanel).show(view.gpus, p, view.header.nvml_status)
-            if self.query_one(GpuPlot).display:
-                self.query_one(GpuPlot).show(view.gpu_history, p)
+            self.query_one(GpuPlot).show(view.gpu_history, p)  # drawn only where it can be seen
             table = self.query_one(ProcessTable)
             rows = table_rows(view, self.options)
             select = self._pending_select
@@ -234,17 +281,24 @@ class AffmonApp(App[None]):
         key = self.query_one(ProcessTable).selected_key
         if key is not None:
             self.selected_pid = int(key.split(":")[1])
+        detail = self.query_one("#detail")
+        shown = (view, self.selected_pid, detail.display)
+        if self._panes_shown is not None and view is self._panes_shown[0] and shown[1:] == self._panes_shown[1:]:
+            self._show_status()
+            return  # the same view and selection (the table's cursor event after a tick): panes as they are
+        self._panes_shown = shown
         row = self.selected_row()
         p = self.pal
-        self.query_one(CoreMap).show(view.cores, p, self._job_colors(view), row)
-        if self.query_one("#detail").display:
+        self.query_one(CoreMap).show(view.cores, p, self._job_colors(view), row, view.measured)
+        if detail.display:
             pid = row.pid if row else None
-            self.query_one(DetailText).show(row, view.findings_of(pid) if pid is not None else (), p)
+            findings = view.findings_of(pid) if pid is not None else ()
+            self.query_one(DetailText).show(row, findings, p, view.measured)
             self.query_one(ThreadTable).show(thread_rows(view.snapshot, pid) if pid is not None else (), p)
             self.query_one(ProcessPlot).show(pid, view.process_history)
             title = f"Selected process {pid}" if pid else "Selected process"
-            if self.query_one("#detail").border_title != title:
-                self.query_one("#detail").border_title = title
+            if detail.border_title != title:
+                detail.border_title = title
         self._show_status()
 
     @on(DataTable.RowHighlighted, "#processes")
@@ -345,6 +399,9 @@ class AffmonApp(App[None]):
         row = self.selected_row()
         if view is None or row is None:
             self.notify("select a process first", severity="warning")
+            return
+        if not view.measured:
+            self.notify("no interval measured yet: the plan needs its rates", severity="warning")
             return
         proposal = self.pinner.propose(view.snapshot, row.pid)
         if proposal is None:

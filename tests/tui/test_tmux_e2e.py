@@ -80,7 +80,10 @@ def test_repin_and_undo_for_real_in_tmux(tmux: Tmux, tmp_path: Path):
             f"{sys.executable} -m affmon --pid {pid} --interval 0.5"
         )
         tmux.run("new-session", "-d", "-s", "e2e", "-x", "160", "-y", "48", command)
-        screen = tmux.wait_for(lambda s: re.search(rf"\b{pid}\b.*python", s) is not None, f"PID {pid} on screen")
+        # Its row with a CPU% measured: the first look (one sample) shows the row before any rate.
+        screen = tmux.wait_for(
+            lambda s: re.search(rf"\b{pid}\b +python\S* +\d+\.?\d*\b", s) is not None, f"PID {pid} measured"
+        )
         assert "affmon" in screen and "RAN ON" in screen
 
         tmux.keys("r")

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import deque
 from types import MappingProxyType
 
-from affmon.core.findings import DEFAULT_THRESHOLDS, ExpectedMasks, FindingTracker, Thresholds
+from affmon.core.findings import DEFAULT_THRESHOLDS, ExpectedMasks, FindingTracker, Thresholds, find_jobs
+from affmon.core.rates import Snapshot, gpu_rates, process_rates
 from affmon.core.samples import Sample
 from affmon.core.tick import Tick, advance, start
 from affmon.core.topology import Topology
@@ -111,6 +112,37 @@ class Monitor:
             gpu_history=MappingProxyType(gpu_history),
             process_history=MappingProxyType(process_history),
             snapshot=snapshot,
+        )
+
+    def first_look(self, sample: Sample) -> View:
+        """What one sample shows before any interval has closed: the processes, their
+        masks, threads and users, the GPUs' own readings; every rate unknown (None, shown
+        as "-"), no findings, no history, ``measured`` False. Live, it fills the screen
+        while the first interval runs instead of a blank one. Changes no state: the next
+        ``feed`` closes the first interval as if this had not been called."""
+        topo = self.topology
+        snapshot = Snapshot(
+            topology=topo,
+            previous=sample,
+            current=sample,
+            interval_s=0.0,
+            processes=tuple(process_rates(p, None, 0.0, topo) for p in sample.processes),
+            gpus=tuple(gpu_rates(g, None, 0.0, topo) for g in sample.gpus),
+        )
+        jobs = find_jobs(snapshot)
+        processes = process_rows(snapshot, jobs, ())
+        return View(
+            tick=self.ticks,
+            header=self._header(sample, sum(1 for p in processes if p.watched), finished=False),
+            gpus=tuple(gpu_row(g) for g in snapshot.gpus),
+            processes=processes,
+            findings=(),
+            jobs=tuple(j.pid for j in jobs),
+            cores=core_groups(snapshot, jobs),
+            gpu_history=MappingProxyType({}),
+            process_history=MappingProxyType({}),
+            snapshot=snapshot,
+            measured=False,
         )
 
     @property

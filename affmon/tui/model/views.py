@@ -199,6 +199,7 @@ class View:
     gpu_history: Mapping[int, GpuHistory]
     process_history: Mapping[int, ProcessHistory]
     snapshot: Snapshot
+    measured: bool = True  # False: one sample only (``Monitor.first_look``), every rate unknown
 
     def process(self, pid: int) -> ProcessRow | None:
         return next((p for p in self.processes if p.pid == pid), None)

@@ -5,7 +5,8 @@ A cell is the CPU id and a bar (▁ to █, how busy; · idle) coloured by who r
 job's colour, red where two jobs or a job and another busy process shared the CPU
 (contention), plain for other processes. The CPU id is reversed where the selected
 process ran, dimmed outside its mask (or the machine's allowed set), and underlined
-where it is local to the selected process's GPU (every GPU's when none is selected)."""
+where it is local to the selected process's GPU (every GPU's when none is selected).
+Before the first interval closes (one sample, no rates) the bars are left blank."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def cell_text(
     selected: ProcessRow | None,
     selected_cpus: CpuSet,
     local_gpus: set[int] | None,
+    measured: bool = True,
 ) -> Text:
     mask = selected.mask if selected is not None and selected.mask is not None else None
     allowed = c.allowed and (mask is None or c.cpu in mask)
@@ -46,7 +48,7 @@ def cell_text(
         style += " reverse bold"
     text = Text(no_wrap=True)
     text.append(f"{c.cpu:>4}", style=style)
-    glyph = level(c.busy_percent)
+    glyph = level(c.busy_percent) if measured else " "
     if c.contended:
         color = f"bold {p.error}"
     elif c.job_pid is not None:
@@ -73,6 +75,7 @@ def core_map_text(
     job_colors: dict[int, str],
     selected: ProcessRow | None,
     width: int,
+    measured: bool = True,
 ) -> Text:
     per_line = max(1, width // CELL_WIDTH)
     selected_cpus = selected.ran_on_cpus if selected is not None else frozenset()
@@ -85,7 +88,7 @@ def core_map_text(
         for i, c in enumerate(g.cells):
             if i % per_line == 0:
                 out.append("\n")
-            out.append_text(cell_text(c, p, job_colors, selected, selected_cpus, local))
+            out.append_text(cell_text(c, p, job_colors, selected, selected_cpus, local, measured))
     out.append("\n\n")
     legend: list[list[tuple[str, str]]] = [
         [("▆", color), (f" job {pid}", p.muted)] for pid, color in job_colors.items()
@@ -112,17 +115,28 @@ def core_map_text(
 
 
 class CoreMap(QuietStatic):
-    """Laid out again when its width changes (cells per line follow the width)."""
+    """Laid out again when its width changes (cells per line follow the width); built
+    again only when what it shows changed."""
 
-    _last: tuple[Sequence[CoreGroup], Palette, dict[int, str], ProcessRow | None] | None = None
+    _last: tuple[Sequence[CoreGroup], Palette, dict[int, str], ProcessRow | None, bool] | None = None
+    _built: tuple[object, ...] | None = None
 
     def on_resize(self) -> None:
         if self._last is not None:
             self.show(*self._last)
 
     def show(
-        self, groups: Sequence[CoreGroup], p: Palette, job_colors: dict[int, str], selected: ProcessRow | None
+        self,
+        groups: Sequence[CoreGroup],
+        p: Palette,
+        job_colors: dict[int, str],
+        selected: ProcessRow | None,
+        measured: bool = True,
     ) -> None:
-        self._last = (groups, p, job_colors, selected)
+        self._last = (groups, p, job_colors, selected, measured)
         width = max(CELL_WIDTH, self.size.width - 2) if self.size.width else 48
-        self.put(core_map_text(groups, p, job_colors, selected, width))
+        inputs = (groups, p, job_colors, selected, measured, width)
+        if inputs == self._built:
+            return
+        self._built = inputs
+        self.put(core_map_text(groups, p, job_colors, selected, width, measured))

@@ -12,13 +12,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import DataTable
-from textual_plotext import PlotextPlot
 
 from affmon.core import fmt
 from affmon.core.findings import Finding
 from affmon.tui.model.views import ProcessHistory, ProcessRow, ThreadRow
 from affmon.tui.palette import Palette
+from affmon.tui.widgets.celltable import CellTable
+from affmon.tui.widgets.plot import LazyPlot
 from affmon.tui.widgets.processes import wait_style
 from affmon.tui.widgets.quiet import QuietStatic
 
@@ -42,7 +42,7 @@ def _evidence(value: Any) -> str:
     return fmt.term_safe(str(value))
 
 
-def detail_text(row: ProcessRow | None, findings: Sequence[Finding], p: Palette) -> Text:
+def detail_text(row: ProcessRow | None, findings: Sequence[Finding], p: Palette, measured: bool = True) -> Text:
     if row is None:
         return Text("select a process (arrows or mouse) to see its threads and findings", style=p.muted)
     out = Text()
@@ -57,7 +57,9 @@ def detail_text(row: ProcessRow | None, findings: Sequence[Finding], p: Palette)
     out.append("   ran on ", style=p.muted)
     out.append(fmt.cpus(row.ran_on_cpus) if row.ran_on_cpus else "-")
     out.append(f" (node {fmt.nodes(row.ran_on_nodes)})\n" if row.ran_on_cpus else "\n")
-    if not findings:
+    if not measured:
+        out.append("\nrates and findings once the first interval closes\n", style=p.muted)
+    elif not findings:
         out.append("\nno findings", style=p.success)
         out.append(": its CPU placement looks healthy\n", style=p.muted)
     for f in findings:
@@ -84,41 +86,40 @@ def detail_text(row: ProcessRow | None, findings: Sequence[Finding], p: Palette)
 
 
 class DetailText(QuietStatic):
-    def show(self, row: ProcessRow | None, findings: Sequence[Finding], p: Palette) -> None:
-        self.put(detail_text(row, findings, p))
+    _built: tuple[object, ...] | None = None
+
+    def show(self, row: ProcessRow | None, findings: Sequence[Finding], p: Palette, measured: bool = True) -> None:
+        inputs = (row, tuple(findings), p, measured)
+        if inputs != self._built:  # built again only when what it shows changed
+            self._built = inputs
+            self.put(detail_text(row, findings, p, measured))
 
 
-class ThreadTable(DataTable[Text]):
+class ThreadTable(CellTable):
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="none", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
+        super().__init__(cursor_type="none", zebra_stripes=True, **kwargs)
         self._rows: tuple[ThreadRow, ...] = ()
-        self._cells: dict[str, tuple[Text, ...]] = {}
+        self._palette: Palette | None = None
 
     def on_mount(self) -> None:
         for key, label, width in THREAD_COLUMNS:
             self.add_column(label, width=width, key=key)
 
     def show(self, rows: Sequence[ThreadRow], p: Palette) -> None:
-        """Redraw only what changed. Rows are keyed by position, not by thread: the threads
-        re-sort by CPU% every tick, and clearing and re-adding every row each time re-laid
-        out the screen (the larger part of the monitor's own CPU use); a re-sort now only
-        rewrites the cells that differ at each position."""
+        """Redraw only what changed. Threads re-sort by CPU% every tick: rows are held by
+        position (``CellTable``), and a thread row equal to the one shown at its position
+        last tick is not formatted again."""
         rows = tuple(rows)
-        if rows == self._rows:
+        if rows == self._rows and p == self._palette:
             return
-        cells = [self._cells_of(t, p) for t in rows]
-        old = list(self._cells.values())
-        for i, row_cells in enumerate(cells):
-            key = f"r{i}"
-            if i >= len(old):
-                self.add_row(*row_cells, key=key)
-                continue
-            for (column_key, _, _), new_cell, old_cell in zip(THREAD_COLUMNS, row_cells, old[i], strict=True):
-                if new_cell != old_cell:
-                    self.update_cell(key, column_key, new_cell)
-        for i in range(len(cells), len(old)):
-            self.remove_row(f"r{i}")
-        self._rows, self._cells = rows, {f"r{i}": c for i, c in enumerate(cells)}
+        old = self._rows if p == self._palette else ()
+        shown = self._shown
+        cells = [
+            shown[i] if i < len(old) and i < len(shown) and old[i] == t else self._cells_of(t, p)
+            for i, t in enumerate(rows)
+        ]
+        self.put_rows(cells)
+        self._rows, self._palette = rows, p
 
     @staticmethod
     def _cells_of(t: ThreadRow, p: Palette) -> tuple[Text, ...]:
@@ -134,17 +135,17 @@ class ThreadTable(DataTable[Text]):
         )
 
 
-class ProcessPlot(PlotextPlot):
+class ProcessPlot(LazyPlot[tuple[int | None, ProcessHistory | None]]):
     """The selected process's wait ratio (%) and CPU use (%, 100 = one CPU)."""
 
     def show(self, pid: int | None, history: Mapping[int, ProcessHistory]) -> None:
+        self.put((pid, history.get(pid) if pid is not None else None))
+
+    def draw(self, data: tuple[int | None, ProcessHistory | None]) -> None:
         plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
-        h = history.get(pid) if pid is not None else None
+        pid, h = data
         if h is None:
             plt.title("no history (only watched processes keep one)")
-            self.refresh()
             return
         plt.title(f"PID {pid}: wait % and CPU %")
         pairs = [(t, v * 100) for t, v in zip(h.wait_ratio.t_s, h.wait_ratio.values, strict=False) if v is not None]
@@ -164,4 +165,3 @@ class ProcessPlot(PlotextPlot):
             plt.ylim(0, top, yside="right")  # type: ignore[arg-type]  # its stub says float; plotext takes "right"
         plt.ylim(0, 100)
         plt.xlabel("seconds")
-        self.refresh()

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rich.text import Text
-from textual_plotext import PlotextPlot
 
 from affmon.core import fmt
 from affmon.tui.model.views import GpuHistory, GpuRow
 from affmon.tui.palette import Palette
+from affmon.tui.widgets.plot import LazyPlot
 from affmon.tui.widgets.quiet import QuietStatic
 
 BAR_WIDTH = 10
@@ -68,8 +68,14 @@ class GpuPanel(QuietStatic):
         if self._last is not None:
             self.show(*self._last)
 
+    _built: tuple[object, ...] | None = None
+
     def show(self, gpus: Sequence[GpuRow], p: Palette, nvml_status: str | None) -> None:
         self._last = (gpus, p, nvml_status)
+        inputs = (tuple(gpus), p, nvml_status, self.size.width)
+        if inputs == self._built:  # built again only when what it shows changed
+            return
+        self._built = inputs
         if not gpus:
             self.put(Text(fmt.term_safe(nvml_status or "no GPUs"), style=p.muted))
             return
@@ -82,15 +88,16 @@ def _points(t: Sequence[float], v: Sequence[float | None], scale: float = 1.0) -
     return [x for x, _ in pairs], [y for _, y in pairs]
 
 
-class GpuPlot(PlotextPlot):
+class GpuPlot(LazyPlot[tuple[tuple[int, GpuHistory], ...]]):
     """Utilisation (%, left axis) and PCIe RX/TX (GiB/s, right axis) of every GPU."""
 
     def show(self, history: Mapping[int, GpuHistory], p: Palette) -> None:
+        self.put(tuple(sorted(history.items())))
+
+    def draw(self, data: tuple[tuple[int, GpuHistory], ...]) -> None:
         plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
         plt.title("GPU util % and PCIe GiB/s, last minutes")
-        for index, h in sorted(history.items()):
+        for index, h in data:
             x, y = _points(h.util_percent.t_s, h.util_percent.values)
             if x:
                 plt.plot(x, y, label=f"GPU{index} util %", marker="braille", color="green")
@@ -102,15 +109,8 @@ class GpuPlot(PlotextPlot):
                 plt.plot(x, y, label=f"GPU{index} TX", yside="right", marker="braille", color="magenta")
         plt.ylim(0, 100)
         top = max(
-            (
-                v
-                for h in history.values()
-                for s in (h.pcie_rx_bytes_per_s, h.pcie_tx_bytes_per_s)
-                for v in s.values
-                if v
-            ),
+            (v for _, h in data for s in (h.pcie_rx_bytes_per_s, h.pcie_tx_bytes_per_s) for v in s.values if v),
             default=0.0,
         )
         plt.ylim(0, max(1.0, top / 2**30), yside="right")  # type: ignore[arg-type]  # the stub says float
         plt.xlabel("seconds")
-        self.refresh()

@@ -49,7 +49,10 @@ def header_segments(h: HeaderView, *, paused: bool, clock_text: str) -> list[tup
     if h.finished:
         source += " (ended)"
     segments.append((6 if h.source != "live" else 3, source, "warning" if h.finished else "muted"))
-    segments.append((4, clock_text, "muted"))
+    # Live, the clock outranks the interval: it is the one sign that the screen is live (at
+    # 140 columns without NVML its warning leaves room for one of them). A replay's position
+    # says more than its recorded time.
+    segments.append((6 if h.source == "live" else 4, clock_text, "muted"))
     segments.append(
         (1, f"{h.threads} threads in {h.processes} processes, read in {h.sample_cost_s * 1000:.0f} ms", "muted")
     )

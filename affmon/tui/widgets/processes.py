@@ -1,8 +1,9 @@
 """The process table: launcher -> ranks -> DataLoader workers as a tree, one row per
-process (and per thread with ``t``). Rows are keyed ("p:PID", "t:PID:TID"): when the
-order of keys is unchanged only the cells that changed are updated; when it changed
-(a process came or went, the sort moved rows) the rows are laid anew and the cursor is
-put back on the same key, with the scroll position kept, so selection never jumps.
+process (and per thread with ``t``). Each row has a key ("p:PID", "t:PID:TID"); the
+table itself holds rows by position (``CellTable``), so a process that comes or goes or
+a sort that moves rows rewrites only the cells that differ, and the cursor is put back on
+the same key, so selection never jumps. A row equal to the one shown at its position last
+tick is not formatted again.
 
 Cells are Rich ``Text`` (never markup) made from rows whose names ``views`` has escaped."""
 
@@ -12,13 +13,12 @@ from collections.abc import Sequence
 
 from rich.text import Text
 from textual import events
-from textual.widgets import DataTable
-from textual.widgets.data_table import RowDoesNotExist
 
 from affmon.core import fmt
 from affmon.tui.model.table import TableRow
 from affmon.tui.model.views import ProcessRow, ThreadRow
 from affmon.tui.palette import Palette
+from affmon.tui.widgets.celltable import Cells, CellTable
 
 # (key, label, width); numbers are right-aligned by the cell text.
 COLUMNS = (
@@ -115,11 +115,12 @@ def thread_cells(row: TableRow, p: Palette) -> list[Text]:
     ]
 
 
-class ProcessTable(DataTable[Text]):
+class ProcessTable(CellTable):
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._keys: list[str] = []
-        self._cells: dict[str, list[Text]] = {}
+        self._rows: list[TableRow] = []
+        self._style: tuple[Palette, dict[int, str]] | None = None
         self.user_moved = False  # until the person moves the cursor, it follows the top row
 
     def on_key(self, event: events.Key) -> None:
@@ -142,29 +143,24 @@ class ProcessTable(DataTable[Text]):
     def show(self, rows: Sequence[TableRow], p: Palette, job_colors: dict[int, str], select: str | None = None) -> None:
         """Lay out ``rows``; keep the cursor on ``select`` (default: the current key)."""
         wanted = select or (self.selected_key if self.user_moved else (rows[0].key if rows else None))
-        cells = {r.key: (process_cells(r, p, job_colors) if r.process else thread_cells(r, p)) for r in rows}
-        keys = [r.key for r in rows]
-        if keys == self._keys:
-            for key in keys:
-                old = self._cells.get(key)
-                for col, (new_cell, (column_key, _, _)) in enumerate(zip(cells[key], COLUMNS, strict=True)):
-                    if old is None or old[col] != new_cell:
-                        self.update_cell(key, column_key, new_cell)
-        else:
-            scroll_x, scroll_y = self.scroll_x, self.scroll_y
-            self.clear()
-            for key in keys:
-                self.add_row(*cells[key], key=key)
-            self._keys = keys
-            self.scroll_to(scroll_x, scroll_y, animate=False, immediate=True)
-        self._cells = cells
+        if self._style != (p, job_colors):
+            self._style, self._rows = (p, dict(job_colors)), []
+        old, shown = self._rows, self._shown
+        cells: list[Cells] = []
+        for i, r in enumerate(rows):
+            if i < len(old) and i < len(shown) and old[i] == r:
+                cells.append(shown[i])  # the same row at the same place: nothing to format
+            else:
+                cells.append(tuple(process_cells(r, p, job_colors) if r.process else thread_cells(r, p)))
+        self.put_rows(cells)
+        self._rows, self._keys = list(rows), [r.key for r in rows]
         if wanted is not None and wanted != self.selected_key:
             self.select_key(wanted)
 
     def select_key(self, key: str) -> bool:
         try:
-            index = self.get_row_index(key)
-        except RowDoesNotExist:
+            index = self._keys.index(key)
+        except ValueError:
             return False
         self.move_cursor(row=index, animate=False, scroll=True)
         return True

@@ -1,0 +1,101 @@
+"""``CellTable``: a ``DataTable`` of Rich ``Text`` cells that re-renders only the cells
+that changed.
+
+Textual's ``DataTable`` keys its cell render cache on a counter that every
+``update_cell`` bumps, so changing one CPU% re-renders every visible cell through Rich
+(``_render_cell``): at one tick a second that was most of the monitor's UI-thread time
+under a cProfile of 2,000 waking threads. Here a cell's render is cached on the cell
+object itself: ``put_rows`` keeps the object already shown when the new cell is equal to
+it (``same_text``: characters and styles), so an unchanged cell is the same object next tick and its render is reused; a
+changed cell is a new object and is rendered once.
+
+Rows are keyed by position ("r0", "r1", ...): a re-sort rewrites the cells that moved
+instead of clearing the table and adding every row again (which re-laid out the screen);
+rows are added or removed only at the end, when the count changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.widgets import DataTable
+
+from affmon.tui.widgets.sametext import same_cells, same_text
+
+Cells = tuple[Text, ...]
+RENDER_CACHE_CELLS = 8192  # a 160x48 screen shows about 600 cells; the rest are cursor and hover variants
+
+
+class CellTable(DataTable[Text]):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._shown: list[Cells] = []
+        self._renders: dict[tuple[object, ...], tuple[Text, list[list[Segment]]]] = {}
+        self.cell_renders = 0  # cells rendered through Rich (a figure for tests and benchmarks)
+
+    def put_rows(self, rows: Sequence[Cells]) -> None:
+        """Show ``rows`` top to bottom, touching only the cells that differ from what is shown."""
+        keys = [column.key for column in self.ordered_columns]
+        shown = self._shown
+        for i, cells in enumerate(rows):
+            if i >= len(shown):
+                self.add_row(*cells, key=f"r{i}")
+                shown.append(tuple(cells))
+                continue
+            old = shown[i]
+            if same_cells(cells, old):
+                continue
+            kept = []
+            for column_key, new, prev in zip(keys, cells, old, strict=True):
+                if same_text(new, prev):
+                    kept.append(prev)
+                else:
+                    self.update_cell(f"r{i}", column_key, new)
+                    kept.append(new)
+            shown[i] = tuple(kept)
+        while len(shown) > len(rows):
+            shown.pop()
+            self.remove_row(f"r{len(shown)}")
+
+    def clear(self, columns: bool = False) -> Any:
+        self._shown = []
+        self._renders.clear()
+        return super().clear(columns)
+
+    def _render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> list[list[Segment]]:
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        if row_key is None or column_key is None:  # the header row: Textual's own cache
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        value = self._data[row_key][column_key]
+        key = (
+            row_index,  # the render carries its position (mouse clicks read it)
+            column_index,
+            base_style,
+            width,
+            cursor,
+            hover,
+            self._show_hover_cursor,
+            self._pseudo_class_state,
+        )
+        hit = self._renders.get(key)
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        if len(self._renders) >= RENDER_CACHE_CELLS:
+            self._renders.clear()  # keyed by position and look: bounded by the screen, this is a backstop
+        self._renders[key] = (value, lines)
+        self.cell_renders += 1
+        return lines

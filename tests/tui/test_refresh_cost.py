@@ -1,0 +1,323 @@
+"""What a tick costs the UI: the tick's pace, what is rendered again, and the first look.
+
+Each test counts work (cells rendered through Rich, rows formatted, plots set up, timer
+delays) rather than timing it, so they hold on a loaded two-core machine."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+from hypothesis import given
+from hypothesis import strategies as st
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable
+from textual_plotext.plot import Plot
+
+from affmon.sources.stream import LiveSource
+from affmon.tui.app import MIN_DELAY_S, AffmonApp, next_delay
+from affmon.tui.model.table import TableOptions, table_rows
+from affmon.tui.model.views import ProcessHistory, Series, ThreadRow
+from affmon.tui.palette import palette
+from affmon.tui.screens import PinScreen
+from affmon.tui.widgets import processes
+from affmon.tui.widgets.detail import DetailText, ProcessPlot, ThreadTable
+from affmon.tui.widgets.processes import ProcessTable
+from affmon.tui.widgets.quiet import QuietStatic
+from tests.recordings import load
+from tests.recordings import monitor as recorded_monitor
+from tests.tui.helpers import FakePinner, ListSource, play, replay_app
+
+SIZE = (160, 48)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# -- the pace of ticks ------------------------------------------------------------------
+
+
+@given(
+    pace=st.floats(0.0, 10.0),
+    started=st.floats(0.0, 1e6),
+    took=st.floats(0.0, 20.0),
+)
+def test_the_next_tick_is_due_one_interval_after_the_last_started(pace, started, took):
+    now = started + took
+    delay = next_delay(pace, started, now)
+    assert delay >= MIN_DELAY_S  # never two at once, and Textual's timers need a period
+    assert now + delay >= started + pace - 1e-6  # never early
+    assert delay == MIN_DELAY_S or abs(now + delay - (started + pace)) < 1e-6  # never later than due
+
+
+def test_a_slow_read_does_not_stretch_the_interval():
+    """A read that takes 0.3 s at a 0.5 s interval: the next tick is due 0.2 s after the
+    read ends (it was due 0.5 s after: 0.8 s between samples, behind by 60%)."""
+    header, samples = load("clean")
+
+    async def go():
+        source = ListSource(header.topology, samples, delay_s=0.3)
+        app = AffmonApp(source, FakePinner(), interval=0.5)
+        delays: list[float] = []
+        set_timer = app.set_timer
+
+        def spy(delay, callback, *args, **kwargs):
+            if callback == app.tick:
+                delays.append(delay)
+            return set_timer(delay, callback, *args, **kwargs)
+
+        app.set_timer = spy  # type: ignore[method-assign]
+        async with app.run_test(size=SIZE) as pilot:
+            deadline = time.monotonic() + 60
+            while len(delays) < 3 and time.monotonic() < deadline:
+                await pilot.pause(0.05)
+        assert len(delays) >= 3
+        assert all(d <= 0.5 - 0.3 + 1e-6 for d in delays), delays  # the read's 0.3 s (at least) counted
+
+    run(go())
+
+
+# -- what is rendered again -------------------------------------------------------------
+
+
+def _thread(tid: int, cpu: float, wait: float = 0.1, busy: bool = False) -> ThreadRow:
+    return ThreadRow(1, tid, f"t{tid}", "S", 0, frozenset({0}), cpu, wait, 1.0, 0.0, busy)
+
+
+class _Threads(App[None]):
+    def compose(self) -> ComposeResult:
+        yield ThreadTable(id="t")
+
+
+def test_one_changed_cell_renders_one_cell(monkeypatch):
+    """Textual's table renders every visible cell again after any update; only the cell
+    whose value changed may go through Rich again."""
+    rendered: list[tuple[int, int]] = []
+    original = DataTable._render_cell
+
+    def counting(self, row_index, column_index, *args, **kwargs):
+        if row_index >= 0:
+            rendered.append((row_index, column_index))
+        return original(self, row_index, column_index, *args, **kwargs)
+
+    monkeypatch.setattr(DataTable, "_render_cell", counting)
+
+    async def go():
+        app = _Threads()
+        async with app.run_test() as pilot:
+            t = app.query_one(ThreadTable)
+            p = palette(app)
+            t.show([_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)], p)
+            await pilot.pause()
+            assert rendered  # drawn once
+            rendered.clear()
+            t.show([_thread(10, 90.0), _thread(11, 6.0), _thread(12, 1.0)], p)  # one CPU% moved
+            await pilot.pause()
+            assert rendered == [(1, 4)]
+            assert str(t.get_row_at(1)[4]) == "6.0"
+
+    run(go())
+
+
+def test_a_cell_whose_colour_alone_changes_is_redrawn():
+    """``Text.__eq__`` ignores the style: a wait that turns bad while its figure stays the
+    same ("30%") must still turn red."""
+
+    async def go():
+        app = _Threads()
+        async with app.run_test() as pilot:
+            t = app.query_one(ThreadTable)
+            p = palette(app)
+            t.show([_thread(10, 9.0, wait=0.3, busy=False)], p)
+            await pilot.pause()
+            assert t.get_row_at(0)[5].style == p.muted
+            t.show([_thread(10, 9.0, wait=0.3, busy=True)], p)
+            await pilot.pause()
+            cell = t.get_row_at(0)[5]
+            assert str(cell) == "30%" and cell.style == f"bold {p.error}"
+
+    run(go())
+
+
+def test_a_static_whose_colour_alone_changes_is_redrawn():
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield QuietStatic(id="s")
+
+    async def go():
+        app = One()
+        async with app.run_test() as pilot:
+            s = app.query_one(QuietStatic)
+            s.put(Text("CONTENDED", style="green"))
+            await pilot.pause()
+            s.put(Text("CONTENDED", style="red"))
+            await pilot.pause()
+            assert isinstance(s.content, Text) and s.content.style == "red"
+
+    run(go())
+
+
+def test_rows_that_did_not_change_are_not_formatted_again(monkeypatch):
+    calls: list[int] = []
+    original = processes.process_cells
+
+    def counting(row, p, job_colors):
+        calls.append(row.process.pid)
+        return original(row, p, job_colors)
+
+    monkeypatch.setattr(processes, "process_cells", counting)
+
+    async def go():
+        app = replay_app("hogs")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            view = app.view
+            assert view is not None
+            table = app.query_one(ProcessTable)
+            rows = table_rows(view, TableOptions())
+            colors = app._job_colors(view)
+            table.show(rows, app.pal, colors)
+            calls.clear()
+            table.show(rows, app.pal, colors)  # the same rows again (a cursor event, a quiet tick)
+            assert calls == []
+            assert [str(table.get_row_at(i)[0]).strip() for i in range(len(rows))] == [str(r.pid) for r in rows]
+
+    run(go())
+
+
+def test_a_hidden_plot_is_not_set_up_and_is_drawn_once_shown(monkeypatch):
+    """At 140x40 the process plot is hidden: no figure is set up for it each tick; made
+    visible, it shows the newest data."""
+    plotted: list[int] = []
+    original = Plot.plot
+
+    def counting(self, *args, **kwargs):
+        plotted.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Plot, "plot", counting)
+
+    async def go():
+        app = replay_app("narrow")
+        async with app.run_test(size=(140, 40)) as pilot:
+            await play(pilot)
+            plot = app.query_one(ProcessPlot)
+            assert not plot.display and app.query_one(DetailText).display
+            assert plotted == []
+            await pilot.resize_terminal(*SIZE)
+            await pilot.pause()
+            assert plot.display and plotted  # drawn from the newest history once shown
+            assert "695" in str(plot.render())
+
+    run(go())
+
+
+def test_a_plot_given_the_same_data_is_not_rendered_again(monkeypatch):
+    renders: list[int] = []
+    original = ProcessPlot.render
+
+    def counting(self):
+        renders.append(1)
+        return original(self)
+
+    monkeypatch.setattr(ProcessPlot, "render", counting)
+    history = {7: ProcessHistory(Series((-1.0, 0.0), (0.1, 0.2)), Series((-1.0, 0.0), (50.0, 60.0)))}
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            with Vertical():
+                yield ProcessPlot(id="plot")
+
+    async def go():
+        app = One()
+        async with app.run_test(size=(60, 20)) as pilot:
+            plot = app.query_one(ProcessPlot)
+            plot.show(7, history)
+            await pilot.pause()
+            drawn = len(renders)
+            assert drawn >= 1
+            plot.show(7, dict(history))  # equal data, a new mapping (the next tick of a paused monitor)
+            await pilot.pause()
+            assert len(renders) == drawn
+
+    run(go())
+
+
+# -- the first look ---------------------------------------------------------------------
+
+
+def test_the_first_look_has_every_process_and_no_rate():
+    _, samples = load("hogs")
+    monitor = recorded_monitor("hogs")
+    assert monitor.feed(samples[0]) is None
+    look = monitor.first_look(samples[0])
+    assert not look.measured and look.findings == () and look.tick == 0
+    assert {p.pid for p in look.processes} == {p.pid for p in samples[0].processes if not p.kernel}
+    assert all(p.cpu_percent is None and p.wait_ratio is None and not p.ran_on_cpus for p in look.processes)
+    assert all(p.findings == () for p in look.processes)
+    # It changes nothing: the next sample closes the same first interval as without it.
+    plain = recorded_monitor("hogs")
+    plain.feed(samples[0])
+    with_look, without = monitor.feed(samples[1]), plain.feed(samples[1])
+    assert with_look is not None and without is not None and with_look.measured
+    assert dataclasses.replace(with_look, snapshot=without.snapshot) == without
+
+
+def test_live_the_first_look_comes_before_the_first_interval_closes():
+    """Live, the screen shows the processes from the first sample (rates unknown, no
+    findings claimed), then the measured view. The first look may be on screen for a moment
+    only (Textual took FIRST_INTERVAL_S to start): every view rendered is recorded."""
+    from tests.live import workload
+
+    async def go(pid: int):
+        source = LiveSource((pid,), interval_s=5.0)
+        try:
+            app = AffmonApp(source, FakePinner())
+            shown: list[tuple[bool, float | None, str]] = []
+            render = app._render_view
+
+            def recording() -> None:
+                render()
+                view = app.view
+                if view is not None:
+                    row = view.process(pid)
+                    detail = str(app.query_one(DetailText).render())
+                    shown.append((view.measured, row.cpu_percent if row else -1.0, detail))
+
+            app._render_view = recording  # type: ignore[method-assign]
+            async with app.run_test(size=SIZE) as pilot:
+                deadline = time.monotonic() + 60
+                while not any(measured for measured, _, _ in shown) and time.monotonic() < deadline:
+                    await pilot.pause(0.05)
+            first, *_ = shown
+            assert first[0] is False and first[1] is None  # its row, with no CPU% yet
+            assert "once the first interval closes" in first[2] and "no findings" not in first[2]
+            measured = next(v for v in shown if v[0])
+            assert measured[1] is not None and "once the first interval closes" not in measured[2]
+        finally:
+            source.close()
+
+    with workload("--sleepers", "1") as w:
+        run(go(w["pid"]))
+
+
+def test_no_re_pin_plan_from_the_first_look():
+    """The planner sizes a job from its rates: on the first look there are none."""
+
+    async def go():
+        app = replay_app("narrow")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            _, samples = load("narrow")
+            app.view = recorded_monitor("narrow").first_look(samples[-1])
+            await pilot.press("r")
+            assert not isinstance(app.screen, PinScreen)
+            app.view = dataclasses.replace(app.view, measured=True)
+            await pilot.press("r")
+            assert isinstance(app.screen, PinScreen)
+
+    run(go())
