@@ -54,7 +54,8 @@ class JobNeed:
         for th in self.threads:
             roles[th.role] = roles.get(th.role, 0) + 1
         parts = ", ".join(plural(n, role) for role, n in roles.items()) or "no thread"
-        over = f"the last {plural(self.intervals, 'interval')} ({self.window_s:.1f} s)"
+        last = "the last interval" if self.intervals == 1 else f"the last {self.intervals} intervals"
+        over = f"{last} ({self.window_s:.1f} s)"
         if self.cpus > len(self.threads):
             basis = f"its demand with a quarter more ({self.demand_cpus:.1f} x {DEMAND_HEADROOM})"
         else:
