@@ -24,7 +24,7 @@ from sample_cost import table as cost_table
 from tui_cost import affmon_clock, changes, htop_clock, refreshes
 from waking import Population, Shape, split, task_counters
 
-from affmon.collect.sampler import is_training_candidate
+from affmon.collect.selection import is_training_candidate
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from affmon.collect import sampler as sampler_module
-from affmon.collect.sampler import Sampler, Selection, is_affmon, maps_runtime, scan_maps
+from affmon.collect.sampler import Sampler, Selection
+from affmon.collect.selection import is_affmon, maps_runtime, scan_maps
 from affmon.collect.sysfs_topology import read_topology
 from affmon.core.rates import make_snapshot
 from tests.live import driven
