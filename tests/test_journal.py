@@ -151,6 +151,15 @@ def test_a_write_replaces_the_file_whole_or_not_at_all(tmp_path: Path, monkeypat
         '{"version":1,"id":"x","time":1.0,"pid":1,"start_ticks":1,"cpus":"0","state":"applied",'
         '"threads":[{"pid":1,"tid":1,"start_ticks":null,"old":"0","role":"boss"}]}',
         '{"version":1,"id":"x","time":1.0,"pid":-4,"start_ticks":1,"cpus":"0","state":"applied","threads":[]}',
+        # A split's per-process masks: each must be a non-empty part of the entry's CPUs.
+        '{"version":1,"id":"x","time":1.0,"pid":1,"start_ticks":1,"cpus":"0-1","state":"applied","threads":[],'
+        '"masks":[{"pid":1,"start_ticks":1,"cpus":"2"}]}',
+        '{"version":1,"id":"x","time":1.0,"pid":1,"start_ticks":1,"cpus":"0-1","state":"applied","threads":[],'
+        '"masks":[{"pid":1,"start_ticks":1,"cpus":""}]}',
+        '{"version":1,"id":"x","time":1.0,"pid":1,"start_ticks":1,"cpus":"0-1","state":"applied","threads":[],'
+        '"masks":[{"pid":1,"start_ticks":null,"cpus":"0"}]}',
+        '{"version":1,"id":"x","time":1.0,"pid":1,"start_ticks":1,"cpus":"0-1","state":"applied","threads":[],'
+        '"masks":{"1":"0"}}',
     ],
 )
 def test_a_corrupt_journal_is_one_line_of_our_own_error_and_is_left_alone(tmp_path: Path, line: str) -> None:

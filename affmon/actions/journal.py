@@ -21,6 +21,12 @@ undo restores from it), ``applied``, ``rolled-back`` (the pin failed and was put
 ``undone``, and ``expired`` (every process it touched has exited: nothing is left to
 undo). The file stays as small as what is in force: finished entries keep no thread
 records and only the newest ``KEEP_FINISHED`` of them are kept.
+
+A pin that places its processes on different parts of its CPUs (``affmon tune``'s split:
+the main loop on some cores, the DataLoader workers on the others) is still one entry: the
+entry's ``masks`` say which process was finally pinned to which part (``Journal.refine``,
+written before the parts are set), so the drift rule expects each process's own part and
+undo knows every mask the pin set.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from affmon.actions.journal_records import (
     JournalEntry,
     JournalError,
     ProcessKey,
+    ProcessMask,
     ThreadRecord,
     ThreadRole,
     compact,
@@ -63,6 +70,7 @@ __all__ = [
     "JournalError",
     "PinnedMasks",
     "ProcessKey",
+    "ProcessMask",
     "ThreadRecord",
     "ThreadRole",
     "compact",
@@ -162,6 +170,28 @@ class Journal:
     def set_state(self, entry_id: str, state: EntryState) -> JournalEntry:
         with self.locked():
             entry = replace(self.get(entry_id), state=state)
+            self.update(entry)
+            return entry
+
+    def refine(self, entry_id: str, masks: Mapping[ProcessKey, CpuSet]) -> JournalEntry:
+        """Record, in the entry in force ``entry_id``, the part of its CPUs each of the given
+        pinned processes is about to be pinned to; returns the entry as written. Written
+        before the caller sets the parts, so a crash half way leaves an entry whose every
+        mask undo recognises."""
+        with self.locked():
+            entry = self.get(entry_id)
+            if entry.state not in ("pending", "applied"):
+                raise JournalError(f"entry {entry_id} in the affmon journal {self.path} is {entry.state}, not in force")
+            pinned = set(entry.pinned_processes())
+            for key, cpus in masks.items():
+                if key not in pinned or not cpus or not cpus <= entry.cpus:
+                    raise JournalError(
+                        f"cannot refine entry {entry_id}: PID {key[0]} is not one of its processes,"
+                        " or CPUs outside the entry's were given"
+                    )
+            kept = tuple(m for m in entry.masks if m.key not in masks)
+            added = tuple(ProcessMask(pid, start, frozenset(cpus)) for (pid, start), cpus in masks.items())
+            entry = replace(entry, masks=kept + added)
             self.update(entry)
             return entry
 
@@ -321,9 +351,9 @@ def pinned_masks() -> Mapping[ProcessKey, CpuSet]:
 
 def expected_masks(journal: Journal) -> dict[ProcessKey, CpuSet]:
     """(PID, start time) -> the CPUs affmon pinned that process to and has not undone (the
-    newest applied pin of each process wins), for a rule that reports a pin lost behind
-    affmon's back. Keyed by start time too, so a new process that reused a pinned PID is
-    never taken for the pinned one.
+    newest applied pin of each process wins; within a split, the part that process was
+    given), for a rule that reports a pin lost behind affmon's back. Keyed by start time
+    too, so a new process that reused a pinned PID is never taken for the pinned one.
 
     Only ``applied`` entries count: a ``pending`` one is a pin that crashed half way (its
     masks are unknown until undone) or one still in progress."""
@@ -331,5 +361,5 @@ def expected_masks(journal: Journal) -> dict[ProcessKey, CpuSet]:
     for entry in journal.entries():
         if entry.state == "applied":
             for key in entry.pinned_processes():
-                expected[key] = entry.cpus
+                expected[key] = entry.cpus_of(key)
     return expected

@@ -1,6 +1,8 @@
 """What the journal holds: one entry per pin, each thread's mask before affmon changed it,
-a migration of the pinned process's memory when one was asked for, and the JSON line
-each is written as. Pure values; ``affmon.actions.journal`` reads and writes them."""
+the CPUs each process was finally pinned to when that is not the entry's whole set (a
+split: main loop and workers on separate cores), a migration of the pinned process's
+memory when one was asked for, and the JSON line each is written as. Pure values;
+``affmon.actions.journal`` reads and writes them."""
 
 from __future__ import annotations
 
@@ -40,6 +42,21 @@ class ThreadRecord:
     start_ticks: int | None
     old_cpus: CpuSet
     role: ThreadRole = "pin"
+
+
+@dataclass(frozen=True)
+class ProcessMask:
+    """The CPUs one pinned process (``pid``, ``start_ticks``) was finally pinned to, a part
+    of its entry's ``cpus``: a split places the main loop on some of them and the workers
+    on the others, inside one entry, so that one undo takes the whole placement back."""
+
+    pid: int
+    start_ticks: int
+    cpus: CpuSet
+
+    @property
+    def key(self) -> ProcessKey:
+        return (self.pid, self.start_ticks)
 
 
 NodeBytes = tuple[tuple[int, int], ...]  # (NUMA node, resident bytes), by node
@@ -87,6 +104,18 @@ class JournalEntry:
     # inherited it from the pin, so undo gives it the mask it would have had.
     since_ticks: int | None = None
     memory: MemoryRecord | None = None  # the migration of the target's pages, when one was asked for
+    # Per-process refinements of ``cpus`` (a split); a pinned process not listed has ``cpus``.
+    masks: tuple[ProcessMask, ...] = field(default=())
+
+    def cpus_of(self, key: ProcessKey) -> CpuSet:
+        """The CPUs this entry finally pinned the process ``key`` to."""
+        return next((m.cpus for m in reversed(self.masks) if m.key == key), self.cpus)
+
+    @property
+    def set_masks(self) -> frozenset[CpuSet]:
+        """Every mask this entry set on its processes' threads: a task created since the pin
+        that carries one of them inherited it from the pin."""
+        return frozenset({self.cpus, *(m.cpus for m in self.masks)})
 
     @property
     def pinned_pids(self) -> tuple[int, ...]:
@@ -114,11 +143,12 @@ def new_entry_id() -> str:
 
 def compact(entries: list[JournalEntry]) -> list[JournalEntry]:
     """What the file keeps: every entry in force whole; finished ones without their thread
-    records (nothing is left to restore from them), and only the newest ``KEEP_FINISHED``."""
+    records and refinements (nothing is left to restore or expect from them), and only the
+    newest ``KEEP_FINISHED``."""
     finished = [i for i, e in enumerate(entries) if e.state in FINISHED]
     dropped = set(finished[:-KEEP_FINISHED]) if len(finished) > KEEP_FINISHED else set()
     return [
-        replace(e, threads=()) if e.state in FINISHED and e.threads else e
+        replace(e, threads=(), masks=()) if e.state in FINISHED and (e.threads or e.masks) else e
         for i, e in enumerate(entries)
         if i not in dropped
     ]
@@ -128,8 +158,8 @@ def compact(entries: list[JournalEntry]) -> list[JournalEntry]:
 
 
 def encode(entry: JournalEntry) -> dict[str, Any]:
-    """The entry's JSON object; ``memory`` only when a migration was asked for, so every
-    other entry keeps the shape it always had."""
+    """The entry's JSON object; ``memory`` only when a migration was asked for and
+    ``masks`` only for a split, so every other entry keeps the shape it always had."""
     data = {
         "version": FORMAT_VERSION,
         "id": entry.id,
@@ -152,6 +182,10 @@ def encode(entry: JournalEntry) -> dict[str, Any]:
     }
     if entry.memory is not None:
         data["memory"] = _encode_memory(entry.memory)
+    if entry.masks:
+        data["masks"] = [
+            {"pid": m.pid, "start_ticks": m.start_ticks, "cpus": format_cpulist(m.cpus)} for m in entry.masks
+        ]
     return data
 
 
@@ -191,6 +225,21 @@ def _decode_memory(raw: Any) -> MemoryRecord | None:
     )
 
 
+def _decode_masks(raw: Any) -> tuple[ProcessMask, ...]:
+    """The optional ``masks`` list (absent in entries written before it existed)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(m, dict) for m in raw):
+        raise ValueError("masks is not a list of JSON objects")
+    found = []
+    for item in raw:
+        cpus = _cpus(item["cpus"])
+        if not cpus:
+            raise ValueError("a process mask names no CPU")
+        found.append(ProcessMask(pid=_int(item["pid"]), start_ticks=_int(item["start_ticks"]), cpus=cpus))
+    return tuple(found)
+
+
 def _node_bytes(value: Any) -> NodeBytes | None:
     if value is None:
         return None
@@ -225,16 +274,21 @@ def decode(raw: Any) -> JournalEntry:
     time_s = raw["time"]
     if not isinstance(time_s, (int, float)) or isinstance(time_s, bool):
         raise ValueError("time is not a number")
+    cpus = _cpus(raw["cpus"])
+    masks = _decode_masks(raw.get("masks"))
+    if any(not m.cpus <= cpus for m in masks):
+        raise ValueError("a process mask is not within the entry's CPUs")
     return JournalEntry(
         id=_text(raw["id"]),
         time_s=float(time_s),
         pid=_int(raw["pid"]),
         start_ticks=_optional_int(raw["start_ticks"]),
-        cpus=_cpus(raw["cpus"]),
+        cpus=cpus,
         state=cast(EntryState, state),
         threads=tuple(threads),
         since_ticks=_optional_int(raw.get("since_ticks")),
         memory=_decode_memory(raw.get("memory")),
+        masks=masks,
     )
 
 

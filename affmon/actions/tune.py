@@ -11,9 +11,13 @@ choice: ``affmon.core.tuning``.
 
 A candidate that breaks a rule of the planner (a CPU outside the job's allowed CPUs, a
 physical core split) is listed as refused and never pinned. A split placement (main loop
-and DataLoader workers on separate cores) is one journaled pin of its whole set, with the
-isolation, followed by unjournaled pins of the two halves: undoing the entry puts back
-every thread it recorded, whatever mask it has since.
+and DataLoader workers on separate cores) is one journal entry: a pin of its whole set,
+with the isolation, which records every thread's old mask; then the part each of its
+processes goes to, written into the entry (``Journal.refine``); then the two parts, set
+by pins that add nothing to the journal. The journal stays locked from the first pin to
+the last part, so no other affmon interleaves. The drift rule then expects each process's
+own part, and undo puts back every recorded thread, and every task created since that
+carries one of the entry's masks, even after a crash between the parts.
 
 For a front end on a worker thread: ``prepare()`` samples the job and lists the
 candidates, ``step()`` does one unit of work (one measured placement) and returns False
@@ -30,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from affmon.actions.journal import Journal
+from affmon.actions.journal import Journal, JournalError, ProcessKey
 from affmon.actions.pin import PinResult, pin
 from affmon.actions.threads import AffinityOps
 from affmon.actions.undo import undo
@@ -331,10 +335,20 @@ class Tuner:
         self._set(replace(row, status="measured", measures=measures, score=mean(scores), note=""))
 
     def _apply(self, row: Row) -> str | None:
-        """Pin the job as ``row`` says; why not, in one line (nothing is then in force)."""
+        """Pin the job as ``row`` says; why not, in one line (nothing is then in force).
+        The journal stays locked throughout, so a split is one change to other affmons."""
         placement = row.placement
         assert placement is not None
-        result = self._pin(placement.cpus, row.isolate)
+        try:
+            with self.journal.locked():
+                return self._apply_locked(placement, row.isolate)
+        except JournalError as exc:  # locking, or recording a split's parts
+            if self._applied:
+                self._restore()
+            return f"the pin failed: {exc}"
+
+    def _apply_locked(self, placement: Placement, isolate: tuple[tuple[int, int], ...]) -> str | None:
+        result = self._pin(placement.cpus, isolate)
         self._pinned = result
         if not result.ok:
             if result.changed and not result.rolled_back:
@@ -343,7 +357,7 @@ class Tuner:
             return f"the pin failed: {result.error}"
         self._applied = True
         if placement.main_cpus is not None and placement.worker_cpus is not None:
-            problem = self._split(placement.main_cpus, placement.worker_cpus)
+            problem = self._split(result.journal_id, placement.main_cpus, placement.worker_cpus)
             if problem is not None:
                 self._restore()
                 return problem
@@ -363,16 +377,30 @@ class Tuner:
             isolate_all=self.isolation == "all",
         )
 
-    def _split(self, main: CpuSet, workers: CpuSet) -> str | None:
-        """The halves of a split, unjournaled: the journaled pin of the whole set before
-        it recorded every thread's old mask, which is what undo puts back."""
+    def _split(self, entry_id: str | None, main: CpuSet, workers: CpuSet) -> str | None:
+        """The parts of a split, inside the whole set's entry ``entry_id``: first which
+        process goes where is written into it (the main process on ``main``, every other
+        process it pinned on ``workers``), then the parts are set by pins that add nothing
+        to the journal, since the entry already holds every thread's old mask. Workers
+        started since the whole pin are found in a fresh sample and go on ``workers`` too
+        (undo knows them as processes started after the pin)."""
         sample = self.sampler.sample()
         self._last = sample
-        children = [(p.pid, p.start_ticks) for p in sample.processes if p.ppid == self.pid]
+        me: ProcessKey = (self.pid, self.start_ticks)
+        others: dict[int, int] = {}
+        if entry_id is not None:
+            entry = self.journal.get(entry_id)
+            parts = {key: main if key == me else workers for key in entry.pinned_processes()}
+            self.journal.refine(entry_id, parts)
+            others.update((pid, start) for pid, start in parts if (pid, start) != me)
+        for p in sample.processes:
+            if p.ppid == self.pid:
+                others.setdefault(p.pid, p.start_ticks)
         results = [pin(self.pid, main, start_ticks=self.start_ticks, root=self.root, ops=self.ops)]
-        for child, start in children:
+        for child, start in others.items():
             results.append(pin(child, workers, start_ticks=start, with_children=True, root=self.root, ops=self.ops))
-        failed = next((r for r in results if not r.ok and "no such process" not in (r.error or "")), None)
+        gone = ("no such process", "is no longer the process chosen")  # a worker that exited meanwhile
+        failed = next((r for r in results if not r.ok and not any(g in (r.error or "") for g in gone)), None)
         return None if failed is None else f"the split failed: {failed.error}"
 
     def _restore(self, check: bool = False) -> bool:

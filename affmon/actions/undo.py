@@ -2,11 +2,12 @@
 one PID or for every pin not yet undone.
 
 Every task is named by (TID, start time): a journaled TID that now belongs to a newer
-thread is not the thread affmon changed, and a new thread or process that inherited the
-pinned mask must be given back the mask it would have had without the pin. The journal
-is locked and proved writable before the first mask changes, so an undo on a read-only
-or full file system changes nothing; if a write fails later, the result says exactly
-which entries were undone and which threads were restored.
+thread is not the thread affmon changed, and a new thread or process that inherited a
+mask the pin set (its CPUs, or the part of them a split gave one of its processes) must
+be given back the mask it would have had without the pin. The journal is locked and
+proved writable before the first mask changes, so an undo on a read-only or full file
+system changes nothing; if a write fails later, the result says exactly which entries
+were undone and which threads were restored.
 
 Undo never moves memory. A pin made with ``--migrate-memory`` moved the process's pages
 by node (``migrate_pages(2)``); the pages that were on the target node before cannot be
@@ -63,11 +64,11 @@ def undo(journal: Journal, pid: int | None = None, *, ops: AffinityOps | None = 
     A journaled thread that has exited, or whose TID now belongs to a newer thread (its
     start time differs), is reported and skipped. A task created after the pin is not in
     the journal: a thread of a pinned process, or a process started since by a pinned one
-    (a DataLoader worker re-forked each epoch), inherited the pinned mask, so if it still
-    has exactly that mask it gets the mask its pinned ancestor had before (what it would
-    have inherited without the pin); a task with any other mask set it itself (or a
-    library did) and is left alone. An entry is marked undone only when nothing failed,
-    so a failed undo can be run again.
+    (a DataLoader worker re-forked each epoch), inherited a mask the pin set, so if it
+    still has exactly one of the entry's masks (its CPUs, or a split's part) it gets the
+    mask its pinned ancestor had before (what it would have inherited without the pin); a
+    task with any other mask set it itself (or a library did) and is left alone. An entry
+    is marked undone only when nothing failed, so a failed undo can be run again.
 
     Raises ``JournalError`` (nothing changed) when the journal cannot be locked, read or
     written before the first change."""
@@ -168,11 +169,12 @@ def _undo_entry(entry: JournalEntry, proc: ProcFs, ops: AffinityOps) -> list[Thr
 def sweep_new_threads(
     proc: ProcFs, ops: AffinityOps, entry: JournalEntry, recorded: Collection[TaskKey]
 ) -> list[ThreadResult]:
-    """Tasks the entry does not record (by TID and start time) that inherited its pinned
-    mask: threads of the pinned processes, and processes started since the pin under a
-    pinned one (with their threads). One that still has exactly the pinned mask gets the
-    old mask of its pinned process's main thread; any other mask was set on purpose and
-    is left alone."""
+    """Tasks the entry does not record (by TID and start time) that inherited a mask it
+    set: threads of the pinned processes, and processes started since the pin under a
+    pinned one (with their threads). One that still has exactly one of the entry's masks
+    (its CPUs, or the part a split gave a process: a worker forked by the main loop after
+    a split carries the main loop's part) gets the old mask of its pinned process's main
+    thread; any other mask was set on purpose and is left alone."""
     old_masks = _old_masks(entry, proc)
     results: list[ThreadResult] = []
     for pid, old in old_masks.items():
@@ -232,6 +234,7 @@ def _sweep_process(
     recorded: Collection[TaskKey],
     why: str,
 ) -> list[ThreadResult]:
+    ours = entry.set_masks
     results: list[ThreadResult] = []
     seen: set[int] = set()
     for _round in range(MAX_ROUNDS):
@@ -247,7 +250,7 @@ def _sweep_process(
                 mask = ops.get(tid)
             except OSError:
                 continue  # exited since the listing
-            if mask == entry.cpus:
+            if mask in ours:
                 results.append(_restore(proc, ops, pid, tid, old, f"{why}: its pinned process's old mask"))
             else:
                 message = f"{why} with its own mask {format_cpulist(mask)}: left alone"
