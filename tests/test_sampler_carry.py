@@ -179,3 +179,24 @@ def test_a_real_torch_process_maps_shows_a_runtime(tmp_path):
     # the same process before it imported torch: only the interpreter and the C library
     plain = b"".join(line + b"\n" for line in maps.splitlines() if line.endswith((b"/python3.12", b"/libc.so.6")))
     assert plain and maps_runtime(plain) is False
+
+
+def test_the_unknown_rates_of_threads_still_carried_are_reused_from_the_snapshot_before():
+    from dataclasses import replace
+
+    from affmon.core.samples import ProcessSample, Sample, ThreadSample
+
+    threads = tuple(ThreadSample(t, 1, "w", "S", 0, 0, 10, 0, 1, 0, 0, 0, frozenset({0})) for t in range(10, 20))
+    base = ProcessSample(10, 1, 1, "waker", 0, "root", "waker", None, None, threads, watched=False, cpu_ns=0)
+
+    def at(t: float, read: bool, cpu_ns: int) -> Sample:
+        return Sample(t, t, 0.0, (replace(base, threads_read=read, cpu_ns=cpu_ns),), ())
+
+    s0, s1, s2 = at(0.0, True, 0), at(1.0, False, 10_000_000), at(2.0, False, 30_000_000)
+    first = make_snapshot(s0, s1, TOPOLOGY)
+    second = make_snapshot(s1, s2, TOPOLOGY, before=first)
+    (p1,), (p2,) = first.processes, second.processes
+    assert p2.threads is p1.threads  # not built again
+    assert all(t.cpu_percent is None for t in p2.threads)
+    assert p2.cpu_percent == pytest.approx(2.0)  # 20 ms of the process's own counter in 1 s
+    assert make_snapshot(s1, s2, TOPOLOGY).processes[0].threads == p1.threads  # the same values either way

@@ -130,6 +130,9 @@ class _ProcessMemo:
     context: Context | None = None  # read once, the first time it is watched
     memory: NodeMemory | None = None  # numa_maps, for a watched training process
     memory_due_s: float = float("-inf")
+    # The thread samples as last handed out: a carried process hands out the same tuple
+    # again, so the next snapshot can tell its threads are unchanged by identity.
+    samples: tuple[ThreadSample, ...] = ()
 
 
 GpuSource = Callable[[], tuple[GpuSample, ...]]
@@ -350,7 +353,7 @@ class Sampler:
             cmdline=memo.cmdline,
             mems_allowed=status.mems_allowed if status else None,
             cgroup_cpus=cgroup_cpus,
-            threads=tuple(memo.threads[tid].sample for tid in sorted(memo.threads)),
+            threads=memo.samples if not read else self._thread_tuple(memo),
             gpu_indices=tuple(sorted({index for index, _ in gpu_use})),
             gpu_memory_bytes=sum(memory) if memory else None,
             watched=watched,
@@ -361,6 +364,11 @@ class Sampler:
             memory=memo.memory,
             context=memo.context,
         )
+
+    @staticmethod
+    def _thread_tuple(memo: _ProcessMemo) -> tuple[ThreadSample, ...]:
+        memo.samples = tuple(memo.threads[tid].sample for tid in sorted(memo.threads))
+        return memo.samples
 
     def _placement(self, memo: _ProcessMemo, pid: int, now: float, training: bool) -> None:
         """What placed a watched process (once), and where a training process's pages are

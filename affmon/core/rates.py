@@ -137,10 +137,18 @@ def _sum(values: list[float | None]) -> float | None:
     return sum(known) if known else None
 
 
-def process_rates(cur: ProcessSample, prev: ProcessSample | None, seconds: float, topology: Topology) -> ProcessRates:
+def process_rates(
+    cur: ProcessSample,
+    prev: ProcessSample | None,
+    seconds: float,
+    topology: Topology,
+    carried_before: ProcessRates | None = None,
+) -> ProcessRates:
+    """``carried_before``: this process's rates in the snapshot before, where its threads
+    were carried then too; their per-thread part (all unknown) is reused as it is."""
     same = prev is not None and prev.key == cur.key
     if same and prev is not None and not (cur.threads_read and prev.threads_read):
-        return _carried_rates(cur, prev, seconds, topology)
+        return _carried_rates(cur, prev, seconds, topology, carried_before)
     old = {t.tid: t for t in prev.threads} if same and prev is not None else {}
     threads = tuple(thread_rates(t, old.get(t.tid), seconds) for t in cur.threads)
     pairs = [
@@ -163,11 +171,16 @@ def process_rates(cur: ProcessSample, prev: ProcessSample | None, seconds: float
     )
 
 
-def _carried_rates(cur: ProcessSample, prev: ProcessSample, seconds: float, topology: Topology) -> ProcessRates:
+def _carried_rates(
+    cur: ProcessSample, prev: ProcessSample, seconds: float, topology: Topology, before: ProcessRates | None
+) -> ProcessRates:
     """A process whose threads were not read at one of the two samples (``threads_read``):
     no thread has a rate for this interval (the carried counters are from an earlier tick),
     so none counts as having run; the process's CPU share comes from its own counter."""
-    unknown = tuple(ThreadRates(t, None, None, None, None, None, None, None) for t in cur.threads)
+    if before is not None and before.sample.threads is cur.threads:
+        unknown = before.threads  # the same carried threads: the same unknown rates
+    else:
+        unknown = tuple(ThreadRates(t, None, None, None, None, None, None, None) for t in cur.threads)
     run = _delta(cur.cpu_ns, prev.cpu_ns)
     return ProcessRates(
         sample=cur,
@@ -201,17 +214,23 @@ def gpu_rates(cur: GpuSample, prev: GpuSample | None, seconds: float, topology: 
     )
 
 
-def make_snapshot(previous: Sample, current: Sample, topology: Topology) -> Snapshot:
+def make_snapshot(previous: Sample, current: Sample, topology: Topology, before: Snapshot | None = None) -> Snapshot:
+    """The interval between two samples. ``before``: the snapshot that ended at ``previous``,
+    if there is one; the unknown per-thread rates of processes whose threads stay carried
+    are taken from it instead of being built again (most unwatched processes, most ticks)."""
     seconds = current.monotonic_s - previous.monotonic_s
     if seconds <= 0:
         raise ValueError("samples must be taken in order, with time between them")
     old_processes = {p.pid: p for p in previous.processes}
+    carried = {p.sample.key: p for p in before.processes if not p.sample.threads_read} if before is not None else {}
     old_gpus = {g.index: g for g in previous.gpus}
     return Snapshot(
         topology=topology,
         previous=previous,
         current=current,
         interval_s=seconds,
-        processes=tuple(process_rates(p, old_processes.get(p.pid), seconds, topology) for p in current.processes),
+        processes=tuple(
+            process_rates(p, old_processes.get(p.pid), seconds, topology, carried.get(p.key)) for p in current.processes
+        ),
         gpus=tuple(gpu_rates(g, old_gpus.get(g.index), seconds, topology) for g in current.gpus),
     )

@@ -68,7 +68,7 @@ def advance(state: Tick, sample: Sample, expected_masks: ExpectedMasks | None = 
     taken = replace(state, last_sample=sample, samples=state.samples + 1, snapshot=None, jobs=(), loops={})
     if previous is None or sample.monotonic_s <= previous.monotonic_s:
         return taken
-    snapshot = make_snapshot(previous, sample, state.topology)
+    snapshot = make_snapshot(previous, sample, state.topology, before=state.snapshot)
     found = evaluate(snapshot, Context(state.topology, state.thresholds, expected_masks or {}))
     loops = loop_reports(snapshot)
     found = _worst_first(found + loop_findings(loops))
