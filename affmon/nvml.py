@@ -14,7 +14,7 @@ PCIe traffic. The cumulative byte counters (``nvmlDeviceGetFieldValues`` with fi
 ``nvmlDeviceGetPcieThroughput``, both measured on the H200. There (driver 580) they are 32-bit
 (``valueType`` unsigned int) and wrap every 4 GiB: at 35 GB/s that is eight times a
 second, so a delta between two 1 s ticks means nothing (measured with
-``bench/nvml_pcie_probe.py``). The gateway therefore reads them twice per tick, once
+``bench/gpu/nvml_pcie_probe.py``). The gateway therefore reads them twice per tick, once
 before and once after the other calls, at least ``pcie_window_s`` apart, and takes the
 rate from NVML's own timestamps: a 32-bit counter cannot wrap twice in 20 ms below
 200 GB/s. Where NVML gives 64-bit counters, their totals are also kept so that rates
@@ -25,7 +25,7 @@ GPU utilisation. ``nvmlDeviceGetUtilizationRates`` covers only NVML's last sampl
 ("between 1 second and 1/6 second"): on the H200 the driver takes one every 200 ms, so a
 1 s tick sees a fifth of its interval. Under a load busy 30% of every second it read 0%
 at every tick while the samples of the same seconds averaged 28-29%
-(``bench/nvml_util_probe.py``). The gateway therefore reports the mean of the samples
+(``bench/gpu/nvml_util_probe.py``). The gateway therefore reports the mean of the samples
 ``nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES)`` took since its last tick (the last
 second of them at the first tick), and falls back to the rates' reading where that is
 unsupported or no sample is new (a tick shorter than the driver's period). Memory

@@ -1,4 +1,4 @@
-"""The multi-GPU proof's cross-NUMA launcher (bench/cross_numa.py) on recorded machines
+"""The multi-GPU proof's cross-NUMA launcher (bench/numa/cross_numa.py) on recorded machines
 with two NUMA nodes: each rank must land on a node that is not its GPU's, and a machine
 with one node must be refused in one line (the lent 2-GPU machine has one node, so this
 is the only place the placement logic runs before a multi-node machine is lent)."""
@@ -15,11 +15,10 @@ import pytest
 from affmon.core.errors import AffmonError
 from affmon.core.topology import Core, Gpu, NumaNode, Package, Topology
 from affmon.sources.live import load_topology
+from bench.numa.cross_numa import wrong_node
 
 ROOT = Path(__file__).resolve().parent.parent
 XML = ROOT / "tests/fixtures/hwloc_xml"
-sys.path.insert(0, str(ROOT / "bench"))
-from cross_numa import wrong_node  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -70,7 +69,7 @@ def _run(local_rank: str, xml: str, env_extra: dict[str, str] | None = None) -> 
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     env.update({"LOCAL_RANK": local_rank, "PYTHONPATH": str(ROOT), **(env_extra or {})})
     return subprocess.run(
-        [sys.executable, str(ROOT / "bench/cross_numa.py"), "--hwloc-xml", xml, "--dry-run"],
+        [sys.executable, str(ROOT / "bench/numa/cross_numa.py"), "--hwloc-xml", xml, "--dry-run"],
         capture_output=True,
         text=True,
         env=env,

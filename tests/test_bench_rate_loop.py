@@ -1,14 +1,11 @@
-"""The GPU jobs' measured loop (bench/rate_loop.py) on a fake clock: what the RATE lines
+"""The GPU jobs' measured loop (bench/workloads/rate_loop.py) on a fake clock: what the RATE lines
 that the scenario harnesses parse say, and when the job's sync is called."""
 
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from rate_loop import measured_loop
+from bench.workloads.rate_loop import measured_loop
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""The cost benchmarks' workload (bench/waking.py) does what their figures claim: waking
+"""The cost benchmarks' workload (bench/workloads/waking.py) does what their figures claim: waking
 threads are scheduled, sleeping ones never are, busy-ish threads use a share of a CPU, and
 the population is split and named as said; and the benchmarks' arithmetic (refreshes
 counted from screen captures, the affmon / ps ratio)."""
@@ -17,23 +17,19 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from sample_cost import Row as CostRow
-from sample_cost import Timing
-from sample_cost import table as cost_table
-from tui_cost import affmon_clock, changes, htop_clock, refreshes
-from waking import Population, Shape, split, task_counters
-
 from affmon.collect.selection import is_training_candidate
+from bench.cost.sample_cost import Row as CostRow
+from bench.cost.sample_cost import Timing
+from bench.cost.sample_cost import table as cost_table
+from bench.cost.tui_cost import affmon_clock, changes, htop_clock, refreshes
+from bench.workloads.waking import Population, Shape, split, task_counters
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+WAKING = Path(__file__).resolve().parent.parent / "bench" / "workloads" / "waking.py"
 
 
 @contextmanager
 def waking(*args: str) -> Iterator[dict[str, int]]:
-    proc = subprocess.Popen(
-        [sys.executable, str(BENCH / "waking.py"), *args, "--seconds", "120"], stdout=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, str(WAKING), *args, "--seconds", "120"], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         yield json.loads(proc.stdout.readline())

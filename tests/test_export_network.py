@@ -2,7 +2,7 @@
 limit, clients that never read a large answer, a burst of parallel scrapes, idle timeouts;
 and the shared renderings, checked against prometheus-client's own app.
 
-The attacks are bench/export_flood.py's own (``connect_many``, ``scrape``), scaled down.
+The attacks are bench/attacks/export_flood.py's own (``connect_many``, ``scrape``), scaled down.
 Exporters that must be measured from outside (their descriptors, their RSS) run as
 ``python -m affmon export`` children."""
 
@@ -14,7 +14,6 @@ import os
 import re
 import select
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,10 +30,7 @@ from affmon.export.render import BodyReader, Renderer
 from affmon.export.server import fd_connection_limit
 from affmon.export.service import Exporter
 from affmon.export.state import ExportState
-from tests.test_export import process, run, sample, thread, topology
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from export_flood import (
+from bench.attacks.export_flood import (
     SLOW_REQUEST,
     affmon_export,
     close_all,
@@ -45,6 +41,7 @@ from export_flood import (
     rss_bytes,
     scrape,
 )
+from tests.test_export import process, run, sample, thread, topology
 
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
 

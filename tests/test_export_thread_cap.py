@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,10 +17,8 @@ from affmon.export.collector import StateCollector
 from affmon.export.families import MAX_THREADS, families
 from affmon.export.render import Renderer
 from affmon.export.state import ExportState
+from bench.attacks.export_flood import affmon_export, exporter, many_threads, scrape
 from tests.test_export import parsed, process, run, sample, thread
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from export_flood import affmon_export, exporter, many_threads, scrape
 
 THREAD_FAMILIES = [s.name for s in CATALOGUE if s.per_thread and "pid" in s.labels]
 LEFT_OUT = "affmon_export_threads_left_out"

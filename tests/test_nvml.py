@@ -179,7 +179,7 @@ T0 = 1_800_000_000_000_000  # an NVML timestamp, us
 
 
 def test_utilisation_is_the_mean_of_the_samples_since_the_last_tick():
-    """The H200's pattern under a load busy 30% of each second (bench/nvml_util_probe.py):
+    """The H200's pattern under a load busy 30% of each second (bench/gpu/nvml_util_probe.py):
     samples every 200 ms of 90, 53, 0, 0, 0 while the rates' last period said 0."""
     seconds = [[90, 53, 0, 0, 0], [92, 53, 0, 0, 0]]
     buffer = [(T0 + i * 200_000, v) for i, v in enumerate([0, 0, 0, 0, 0, *seconds[0]])]

@@ -27,7 +27,7 @@ the same user, or root (where Yama's ``ptrace_scope`` is 1, only root, or the pr
 ancestor). Without it the probes are ``unknown`` and the breakdown says the blocked time
 could not be split; on-CPU and run-queue shares stay exact.
 
-Cost: ``bench/loop_cost.py`` measures it per watched thread next to ``ps`` reading the
+Cost: ``bench/cost/loop_cost.py`` measures it per watched thread next to ``ps`` reading the
 same thread at the same rate.
 """
 

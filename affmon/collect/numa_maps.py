@@ -22,7 +22,7 @@ pages per CPU. ``tests/test_numa_maps.py`` checks the two on a live process.
 Cost: the kernel walks the page tables of every mapping for each read, holding the
 process's ``mmap_lock`` for reading (its own ``mmap``/``munmap`` wait meanwhile), so the
 cost grows with the resident set, not with the file's size. Measured on the 2-core
-development machine under load (``bench/numa_maps_cost.py``, docs/memory.md): 2 GiB of
+development machine under load (``bench/cost/numa_maps_cost.py``, docs/memory.md): 2 GiB of
 4 kB pages took 21-31 ms a read (median), like ``smaps_rollup``, and 400-700 times a
 ``status`` read (0.05 ms); the same 2 GiB in transparent huge pages took 0.15 ms. So a
 sampler reads it every few seconds, never every tick, and stretches the period for a

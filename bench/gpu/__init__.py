@@ -1,0 +1,1 @@
+"""Harnesses and probes for a machine with NVIDIA GPUs (and torch)."""

@@ -1,0 +1,1 @@
+"""Proofs that need a machine with several NUMA nodes."""

@@ -1,0 +1,1 @@
+"""Makers of the recordings committed to the repository."""

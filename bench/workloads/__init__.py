@@ -1,0 +1,1 @@
+"""The processes the benchmarks and harnesses measure: waking threads and training jobs."""
