@@ -200,3 +200,20 @@ def test_the_unknown_rates_of_threads_still_carried_are_reused_from_the_snapshot
     assert all(t.cpu_percent is None for t in p2.threads)
     assert p2.cpu_percent == pytest.approx(2.0)  # 20 ms of the process's own counter in 1 s
     assert make_snapshot(s1, s2, TOPOLOGY).processes[0].threads == p1.threads  # the same values either way
+
+
+def test_a_watched_thread_that_ran_briefly_has_no_sched_read_and_a_busy_one_has():
+    with driven(QUIET, argv0="quietother") as job:
+        sampler = Sampler("/", Selection(pids=(job.pid,)))
+        sampler.sample()
+        spin = job.send("spin")["tid"]
+        time.sleep(1.0)
+        sampler.sample()
+        time.sleep(1.0)
+        by_tid = {t.tid: t for t in process(sampler.sample(), job.pid).threads}
+        wakers = [by_tid[tid] for tid in job.info["tids"]]
+        # each woke five times a second for microseconds: it ran, its wait is known, its switches are not
+        assert all(t.wait_ns is not None for t in wakers)
+        assert all(t.voluntary_switches is None for t in wakers)
+        assert by_tid[spin].voluntary_switches is not None and by_tid[spin].involuntary_switches is not None
+        job.send("still")

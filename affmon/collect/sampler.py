@@ -13,7 +13,8 @@ ran, its mask; its wait, switches and migrations are unknown. A watched thread: 
 ``schedstat`` and the mask; ``stat`` only when it was not asleep at the last tick or has
 been scheduled since; ``sched`` (switches, migrations) only when its ``schedstat`` moved
 (a thread that was not scheduled cannot have switched), the previous counters carried
-otherwise. ``status`` is read once per watched process.
+otherwise, and only when it ran at least ``LIGHT_RUN_NS`` since (a thread that woke for
+a few microseconds has its switches and migrations unknown that tick). ``status`` is read once per watched process.
 
 A watched process's context (``affmon.collect.context``: Slurm, Kubernetes, torchrun) is
 read once; a watched training process's pages per NUMA node (``numa_maps``) every few
@@ -86,6 +87,8 @@ _ASLEEP = frozenset({"S", "I"})
 # An unwatched process below this share of one CPU (all its threads together) cannot hold a
 # thread any rule counts: contenders and occupants start at 10% of a CPU or more.
 CARRY_BELOW_PERCENT = 5.0
+# A watched thread that ran less than this since its last sample has no ``sched`` read.
+LIGHT_RUN_NS = 1_000_000
 CARRY_REREAD_EVERY = 30
 
 
@@ -462,6 +465,16 @@ class Sampler:
             counters: SchedCounters | None = SchedCounters(
                 prev.sample.voluntary_switches, prev.sample.involuntary_switches, prev.sample.migrations
             )
+        elif (
+            prev is not None
+            and schedstat is not None
+            and prev.sample.cpu_ns is not None
+            and 0 <= schedstat.cpu_ns - prev.sample.cpu_ns < LIGHT_RUN_NS
+        ):
+            # It ran, but briefly (a thread that wakes, does a little, sleeps): where it ran and
+            # how long it waited are read above; its switches and migrations, from the costliest
+            # file, are left unknown this tick.
+            counters = None
         else:
             counters = _or_none(self.proc.sched, pid, tid)
             if counters is None:
