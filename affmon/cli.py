@@ -60,9 +60,23 @@ def build_parser() -> argparse.ArgumentParser:
     # The monitor's options. Their dests differ from the subcommands' (which set their
     # own defaults into the same namespace).
     parser.add_argument(
-        "--pid", dest="tui_pid", type=pid, action="append", default=[], help="watch PID and its descendants"
+        "--pid",
+        dest="tui_pid",
+        type=pid,
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="PID",
+        help="watch these PIDs and their descendants (--pid 4242 4243, or --pid repeated); the first is selected",
     )
-    parser.add_argument("--interval", dest="tui_interval", type=seconds, default=1.0, metavar="SECONDS")
+    parser.add_argument(
+        "--interval",
+        dest="tui_interval",
+        type=seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between samples, more than 0 and at most 3600 (default 1; live only)",
+    )
     parser.add_argument("--replay", metavar="FILE", help="replay a recording (affmon record; .gz too)")
     parser.add_argument(
         "--demo", action="store_true", help="replay a real run recorded on an H200 (a job starved by CPU hogs, fixed)"

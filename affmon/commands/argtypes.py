@@ -13,7 +13,7 @@ def seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not value > 0 or value > 3600:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 3600 seconds: {text!r}")
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600 seconds: {text!r}")
     return value
 
 

@@ -8,7 +8,9 @@ the arguments checked first so a mistake is named even when the output is piped.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 
 from affmon.core.errors import AffmonError
 
@@ -35,10 +37,12 @@ def cmd_tui(args: argparse.Namespace) -> int:
                 "--demo and --replay do not go together: --demo replays the recording shipped with affmon"
             )
         args.replay = demo_recording()
+    restart: Callable[[], Source] | None = None
     if args.replay is not None:
         if args.tui_pid:
             raise AffmonError("--pid and --replay do not go together: a recording has its own processes")
         source = ReplaySource(args.replay, args.speed)
+        restart = functools.partial(ReplaySource, args.replay, args.speed)  # R: the recording from its start
         pinner = ReplayPinner()
         interval = None
     else:
@@ -57,7 +61,9 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
     focus = args.tui_pid[0] if args.tui_pid else None
     try:
-        AffmonApp(source, pinner, interval, focus_pid=focus).run()
+        AffmonApp(
+            source, pinner, interval, focus_pid=focus, restart=restart, demo=bool(getattr(args, "demo", False))
+        ).run()
     finally:
         source.close()
     return 0

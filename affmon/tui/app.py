@@ -13,11 +13,17 @@ Everything else here is the UI thread: it lays the view out, keeps view state
 (selection, sort, filter, toggles) and asks the pinner only after a confirmation screen.
 The status line shows errors and findings' messages through ``term_safe`` (a bad
 recording's error quotes its text).
+
+Space goes to what has content: the process table is as tall as its rows (and the core
+map) need, the detail pane takes the rest (``pane_heights``); a table with no row says
+why (a watched PID that exited, a filter that matches nothing). htop's keys work where
+they mean the same (F1, F6, F10, Enter); F9/k say that affmon kills nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -28,23 +34,36 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal
+from textual.containers import Horizontal, VerticalScroll
 from textual.css.query import NoMatches
 from textual.message import Message
+from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Footer, Input, Static
 from textual.worker import Worker, WorkerState
 
 from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
 from affmon.core.samples import Sample
 from affmon.sources.stream import LiveSource, Source
+from affmon.tui.demo import DemoState, demo_banner, next_state
+from affmon.tui.help import HelpScreen
+from affmon.tui.layout import (
+    DETAIL_FROM_ROWS,
+    DETAIL_MIN_ROWS,
+    FOOTER_COMPACT_BELOW,
+    PLOT_DETAIL_ROWS,
+    TALL_FROM_ROWS,
+    empty_message,
+    pane_heights,
+)
 from affmon.tui.model.monitor import HISTORY_LEN, Monitor
-from affmon.tui.model.table import SORTS, TableOptions, next_sort, process_key, table_rows
+from affmon.tui.model.table import SORT_COLUMNS, TableOptions, next_sort, process_key, table_rows
 from affmon.tui.model.views import ProcessRow, View, thread_rows
 from affmon.tui.palette import Palette, palette
 from affmon.tui.pinner import Pinner
-from affmon.tui.screens import HelpScreen, PinScreen, UndoScreen
+from affmon.tui.screens import PinScreen, UndoScreen
+from affmon.tui.tune_screen import TuneScreen
 from affmon.tui.widgets.cores import CoreMap
 from affmon.tui.widgets.detail import DetailText, ProcessPlot, ThreadTable
 from affmon.tui.widgets.gpus import GpuPanel, GpuPlot
@@ -75,19 +94,31 @@ class AffmonApp(App[None]):
     CSS_PATH = "affmon.tcss"
     TITLE = "affmon"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("r", "repin", "Re-pin"),
-        Binding("u", "undo", "Undo"),
-        Binding("slash", "filter", "Filter"),
-        Binding("s", "sort", "Sort"),
-        Binding("a", "toggle_all", "All/training"),
-        Binding("t", "toggle_threads", "Threads"),
-        Binding("p", "pause", "Pause"),
+        # The footer shows these in this order: help and quit first, so a narrow terminal
+        # that cuts the footer's end still shows them.
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
+        Binding("r", "repin", "Re-pin"),
+        Binding("u", "undo", "Undo"),
+        Binding("T", "tune", "Tune"),
+        Binding("slash", "filter", "Filter"),
+        Binding("s", "sort", "Sort"),
+        Binding("a", "toggle_all", "All"),
+        Binding("t", "toggle_threads", "Threads"),
+        Binding("p", "pause", "Pause"),
+        Binding("R", "restart", "Replay", show=False),  # the demo's banner and the help say it
+        Binding("enter", "toggle_detail", "Detail", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
+        # htop's keys
+        Binding("f1,h", "help", "Help", show=False),
+        Binding("f6", "sort", "Sort", show=False),
+        Binding("I", "reverse_sort", "Reverse sort", show=False),
+        Binding("f9,k", "kill", "Kill", show=False),
+        Binding("f10", "quit", "Quit", show=False),
     ]
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 (Textual declares it)
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-medium"), (44, "-tall")]  # noqa: RUF012
+    # 28 rows and more show the detail pane (120x30 and 160x30 did not, at 32).
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (DETAIL_FROM_ROWS, "-medium"), (TALL_FROM_ROWS, "-tall")]  # noqa: RUF012
 
     def __init__(
         self,
@@ -99,11 +130,21 @@ class AffmonApp(App[None]):
         *,
         autostart: bool = True,
         history_len: int = HISTORY_LEN,
+        restart: Callable[[], Source] | None = None,
+        demo: bool = False,
     ) -> None:
         """``interval``: seconds between ticks (None: the source's pace, a replay's
         recorded one divided by its speed). ``autostart`` False: no tick runs until
-        ``tick()`` is called (tests step through a recording)."""
+        ``tick()`` is called (tests step through a recording). ``restart``: makes the
+        source again from its start (a replay: R plays it again). ``demo``: the packaged
+        recording, with a banner that says what it shows."""
         super().__init__()
+        self.restart_source = restart
+        self.demo = demo
+        self.demo_state = DemoState()
+        self.watched_pid = focus_pid  # --pid's first: an empty table says when it exited
+        self._restart_pending = False
+        self._main_height: int | None = None  # the process pane's height set last (None: 1fr)
         self.source = source
         self.pinner = pinner
         self.interval = interval
@@ -133,14 +174,18 @@ class AffmonApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
+        yield Static(id="banner")
         with Horizontal(id="gpu-row"):
             yield GpuPanel(id="gpus")
             yield GpuPlot(id="gpu-plot")
         with Horizontal(id="main"):
+            yield Static(id="empty")
             yield ProcessTable(id="processes")
-            yield CoreMap(id="cores")
+            with VerticalScroll(id="cores-pane"):  # arrows scroll it once Tab gives it focus
+                yield CoreMap(id="cores")
         with Horizontal(id="detail"):
-            yield DetailText(id="detail-text")
+            with VerticalScroll(id="detail-text-pane"):
+                yield DetailText(id="detail-text")
             yield ThreadTable(id="threads")
             yield ProcessPlot(id="proc-plot")
         yield QuietStatic(id="status")
@@ -153,10 +198,17 @@ class AffmonApp(App[None]):
             self._palette = palette(self)
         return self._palette
 
+    @property
+    def main_screen(self) -> Screen[object]:
+        """The screen the panes are on (``self.screen`` is a dialog while one is open)."""
+        return self.query_one("#main").screen
+
     def on_mount(self) -> None:
         self.query_one("#gpu-row").border_title = "GPUs"
         self.query_one("#main").border_title = "Processes"
-        self.query_one("#cores").border_title = "Core map"
+        self.query_one("#cores-pane").border_title = "Core map"
+        self.query_one("#banner").display = self.demo
+        self.query_one("#empty").display = False
         self.query_one("#detail").border_title = "Selected process"
         self.query_one(HeaderBar).show(None, paused=False, palette=self.pal, loading="taking the first samples…")
         self.query_one(ProcessTable).focus()
@@ -220,6 +272,9 @@ class AffmonApp(App[None]):
         ):
             return
         self._ticking = False
+        if self._restart_pending:
+            self._restart()
+            return
         if event.state == WorkerState.ERROR:
             self._error = f"sampling failed: {event.worker.error}"
             self._show_status()
@@ -256,18 +311,77 @@ class AffmonApp(App[None]):
         with self.batch_update():
             self.query_one(HeaderBar).show(view.header, paused=self.paused, palette=p)
             # No GPU (no NVML, or none found): the header says so; the panel's lines go to the table.
-            gpu_row = self.query_one("#gpu-row")
-            if gpu_row.display != bool(view.gpus):
-                gpu_row.display = bool(view.gpus)
+            self.query_one("#gpu-row").set_class(not view.gpus, "-none")  # a class: Enter's zoom hides it too
             self.query_one(GpuPanel).show(view.gpus, p, view.header.nvml_status)
             self.query_one(GpuPlot).show(view.gpu_history, p)  # drawn only where it can be seen
             table = self.query_one(ProcessTable)
             rows = table_rows(view, self.options)
             select = self._pending_select
-            table.show(rows, p, self._job_colors(view), select=select)
+            o = self.options
+            table.show(rows, p, self._job_colors(view), select=select, sort=SORT_COLUMNS.get(o.sort), reverse=o.reverse)
             if select is not None and table.selected_key == select:
                 self._pending_select = None
+            self._show_empty(view, bool(rows))
+            if self.demo:
+                self._show_demo(view)
             self._selection_changed()
+            self._size_panes(len(rows))
+
+    def empty_message(self, view: View) -> str:
+        """Why the table has no row."""
+        return empty_message(view, self.options, self.watched_pid)
+
+    def _show_empty(self, view: View, has_rows: bool) -> None:
+        empty = self.query_one("#empty", Static)
+        table = self.query_one(ProcessTable)
+        if has_rows:
+            if empty.display:
+                empty.display, table.display = False, True
+            return
+        empty.update(Text(term_safe(self.empty_message(view)), style=self.pal.warning))
+        if not empty.display:
+            empty.display, table.display = True, False
+
+    def _show_demo(self, view: View) -> None:
+        rank = view.jobs[0] if view.jobs else None
+        row = view.process(rank) if rank is not None else None
+        self.demo_state = next_state(self.demo_state, rank, row.mask if row else None, view.header.finished)
+        self.query_one("#banner", Static).update(Text(demo_banner(self.demo_state)))
+
+    def _size_panes(self, table_rows: int) -> None:
+        """The process pane as tall as its content, the detail pane the rest (``pane_heights``)."""
+        main = self.query_one("#main")
+        detail = self.query_one("#detail")
+        height: int | None = None
+        # The breakpoints decide whether the detail pane shows: read from the size, since the
+        # screen's classes follow a resize only after this app's own resize handler.
+        if self.size.height >= DETAIL_FROM_ROWS and not self.main_screen.has_class("-zoom"):
+            others = sum(
+                w.outer_size.height
+                for w in self.main_screen.children
+                if w.display and w is not main and w is not detail and w.id != "filter"
+            )
+            available = self.size.height - others
+            cores = self.query_one(CoreMap)
+            side = cores.wrapped_lines(cores.size.width) if self.query_one("#cores-pane").display else 0
+            text = self.query_one(DetailText)
+            wanted = text.wrapped_lines(text.size.width or 60)
+            if self.query_one(ThreadTable).display:
+                wanted = max(wanted, min(self.query_one(ThreadTable).row_count + 1, 10))
+            least = PLOT_DETAIL_ROWS if self.size.height >= TALL_FROM_ROWS else DETAIL_MIN_ROWS
+            height = pane_heights(available, table_rows, side, wanted, least)
+        if height != self._main_height:
+            self._main_height = height
+            main.styles.height = height if height is not None else "1fr"
+
+    def on_resize(self) -> None:
+        footer = self.query_one(Footer)
+        narrow = self.size.width < FOOTER_COMPACT_BELOW
+        footer.compact, footer.show_command_palette = narrow, not narrow
+        if self.view is not None:
+            rows = len(self.query_one(ProcessTable)._keys)
+            self._size_panes(rows)
+            self.call_after_refresh(self._size_panes, rows)  # again once the panes have their new sizes
 
     def selected_row(self) -> ProcessRow | None:
         if self.view is None or self.selected_pid is None:
@@ -309,7 +423,7 @@ class AffmonApp(App[None]):
         p = self.pal
         o = self.options
         parts = [
-            f"sort {SORTS[o.sort]}",
+            f"sort {o.describe_sort()}",
             "training processes" if o.training_only else "all processes",
             f"threads {'on' if o.show_threads else 'off'}",
         ]
@@ -334,24 +448,63 @@ class AffmonApp(App[None]):
     # -- actions --------------------------------------------------------------------
 
     def action_sort(self) -> None:
-        self.options = TableOptions(
-            next_sort(self.options.sort),
-            self.options.training_only,
-            self.options.show_threads,
-            self.options.filter_text,
-        )
+        self.options = dataclasses.replace(self.options, sort=next_sort(self.options.sort))
         self._render_view()
         self._show_status()
 
+    def action_reverse_sort(self) -> None:
+        self.options = dataclasses.replace(self.options, reverse=not self.options.reverse)
+        self._render_view()
+        self._show_status()
+
+    def action_kill(self) -> None:
+        self.notify(
+            "affmon never kills or signals a process (htop's F9/k): r re-pins the selected job, u undoes a pin",
+            severity="information",
+        )
+
+    def action_toggle_detail(self) -> None:
+        """Enter: the selected process's detail full size (at 80x24 the pane is hidden), or back."""
+        self.main_screen.toggle_class("-zoom")
+        self._panes_shown = None  # the detail pane may have been hidden: build it now
+        self.call_after_refresh(self._selection_changed)
+
+    @on(DataTable.RowSelected, "#processes")
+    def _on_row_selected(self, _: DataTable.RowSelected) -> None:
+        self.action_toggle_detail()  # the table takes Enter first
+
+    def action_restart(self) -> None:
+        """R: a replay from its start (the demo's loop); live there is nothing to replay."""
+        if self.restart_source is None:
+            self.notify("live: there is no recording to play again", severity="information")
+            return
+        if self._ticking:
+            self._restart_pending = True  # when the running tick ends
+            return
+        self._restart()
+
+    def _restart(self) -> None:
+        assert self.restart_source is not None
+        self._restart_pending = False
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        self.source.close()
+        self.source = self.restart_source()
+        self.monitor = Monitor(self.source.topology, self.source.info, history_len=self.monitor.history_len)
+        self.demo_state = DemoState()
+        self._note = "playing the recording again from its start"
+        self._show_status()
+        if self.autostart and not self.paused:
+            self.tick()
+
     def action_toggle_all(self) -> None:
-        o = self.options
-        self.options = TableOptions(o.sort, not o.training_only, o.show_threads, o.filter_text)
+        self.options = dataclasses.replace(self.options, training_only=not self.options.training_only)
         self._render_view()
         self._show_status()
 
     def action_toggle_threads(self) -> None:
-        o = self.options
-        self.options = TableOptions(o.sort, o.training_only, not o.show_threads, o.filter_text)
+        self.options = dataclasses.replace(self.options, show_threads=not self.options.show_threads)
         self._render_view()
         self._show_status()
 
@@ -377,8 +530,7 @@ class AffmonApp(App[None]):
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
-        o = self.options
-        self.options = TableOptions(o.sort, o.training_only, o.show_threads, event.value)
+        self.options = dataclasses.replace(self.options, filter_text=event.value)
         self._render_view()
         self._show_status()
 
@@ -388,6 +540,9 @@ class AffmonApp(App[None]):
         self.query_one(ProcessTable).focus()
 
     def action_clear_filter(self) -> None:
+        if self.main_screen.has_class("-zoom"):  # Esc leaves the full-size detail first
+            self.action_toggle_detail()
+            return
         box = self.query_one("#filter", Input)
         if box.display or self.options.filter_text:
             box.value = ""  # Input.Changed clears the filter
@@ -403,7 +558,8 @@ class AffmonApp(App[None]):
         if not view.measured:
             self.notify("no interval measured yet: the plan needs its rates", severity="warning")
             return
-        proposal = self.pinner.propose(view.snapshot, row.pid)
+        # Sized over the recent intervals (those the finding was raised over), not the last alone.
+        proposal = self.pinner.propose(view.snapshot, row.pid, window=self.monitor.window_until(view.snapshot))
         if proposal is None:
             self.notify(f"process {row.pid} is gone", severity="warning")
             return
@@ -422,6 +578,15 @@ class AffmonApp(App[None]):
             self.notify("nothing to undo: affmon has made no pin", severity="information")
             return
         self.push_screen(UndoScreen(description, self.pinner, self.pal), self._after_action)
+
+    def action_tune(self) -> None:
+        """Tune the selected process's job (``TuneScreen``: it asks before changing anything)."""
+        view = self.view
+        row = self.selected_row()
+        if view is None or row is None:
+            self.notify("select a process first", severity="warning")
+            return
+        self.push_screen(TuneScreen(view.snapshot, row.pid, self.pinner, self.pal), self._after_action)
 
     def _after_action(self, summary: str | None) -> None:
         if summary:

@@ -1,5 +1,12 @@
 """Colours for Rich text inside widgets, taken from the running Textual theme (never
-hard-coded), so cells, the core map and the CSS agree and a theme change follows."""
+hard-coded), so cells, the core map and the CSS agree and a theme change follows.
+
+Job colours: eight hues spaced evenly round the colour wheel from the theme's primary
+colour, at one saturation and a lightness that reads on the theme's background. An
+8-GPU node runs eight ranks: with four colours cycling, ranks 0 and 4 looked the same. The
+hue nearest the theme's error colour comes last, so a node of fewer jobs never shows a
+job in the colour of a bad finding. A shared CPU is not a ninth hue: it is drawn on a
+background of the error colour, which no job colour and no severity text uses."""
 
 from __future__ import annotations
 
@@ -11,6 +18,8 @@ from textual.color import Color
 
 from affmon.core.findings import Severity
 
+JOB_COLOURS = 8
+
 
 @dataclass(frozen=True)
 class Palette:
@@ -21,7 +30,8 @@ class Palette:
     muted: str
     disabled: str
     foreground: str
-    jobs: tuple[str, ...]  # one colour per training job, cycled
+    jobs: tuple[str, ...]  # one colour per training job, cycled after JOB_COLOURS
+    shared: str = "reverse"  # a CPU two jobs (or a job and another busy process) shared
 
     def severity(self, severity: Severity | None) -> str:
         if severity is None:
@@ -32,6 +42,22 @@ class Palette:
         return self.jobs[index % len(self.jobs)]
 
 
+def _hue_distance(a: float, b: float) -> float:
+    d = abs(a - b) % 1.0
+    return min(d, 1.0 - d)
+
+
+def job_hues(primary: Color, error: Color, background: Color, count: int = JOB_COLOURS) -> tuple[str, ...]:
+    """``count`` colours of distinct hue, the one closest to ``error`` last."""
+    start = primary.hsl.h
+    lightness = 0.68 if background.brightness < 0.5 else 0.38
+    hues = [(start + i / count) % 1.0 for i in range(count)]
+    nearest = min(hues, key=lambda h: _hue_distance(h, error.hsl.h))
+    hues.remove(nearest)
+    hues.append(nearest)
+    return tuple(Color.from_hsl(h, 0.75, lightness).hex for h in hues)
+
+
 def palette(app: App[Any]) -> Palette:
     v = app.theme_variables
     background = Color.parse(v.get("background", "#000000"))
@@ -40,18 +66,16 @@ def palette(app: App[Any]) -> Palette:
         color = Color.parse(v.get(name, fallback))
         return (background + color).hex if color.a < 1 else color.hex
 
+    error = Color.parse(solid("error", "red"))
+    foreground = solid("foreground", "white")
     return Palette(
-        error=solid("error", "red"),
+        error=error.hex,
         warning=solid("warning", "yellow"),
         success=solid("success", "green"),
         accent=solid("accent", "cyan"),
         muted=solid("foreground-muted", "grey"),
         disabled=solid("foreground-disabled", "grey"),
-        foreground=solid("foreground", "white"),
-        jobs=(
-            solid("primary-lighten-2", "blue"),
-            solid("success", "green"),
-            solid("primary-lighten-3", "cyan"),
-            solid("secondary-lighten-2", "blue"),
-        ),
+        foreground=foreground,
+        jobs=job_hues(Color.parse(solid("primary", "blue")), error, background),
+        shared=f"bold {foreground} on {background.blend(error, 0.7).hex}",
     )

@@ -1,33 +1,76 @@
-"""What ``r`` and ``u`` do, behind a protocol the app is given: ``SystemPinner`` changes
-this machine through ``affmon.actions.pin`` (journaled, undoable), ``ReplayPinner``
-refuses (a recording's PIDs are not this machine's), and tests pass a fake.
+"""What ``r``, ``u`` and ``T`` do, behind a protocol the app is given: ``SystemPinner``
+changes this machine through ``affmon.actions.pin`` and ``affmon.actions.tune``
+(journaled, undoable), ``ReplayPinner`` refuses (a recording's PIDs are not this
+machine's), and tests pass a fake.
 
 The suggestion is the one ``affmon pin ROOT --suggest --with-children`` makes
-(``advice.propose_pin`` on the latest snapshot), so the TUI and the command agree.
+(``advice.propose_pin``), sized over the monitor's recent intervals (``window``), so the
+TUI and the command agree. Moving the memory too (``move_memory``) is what ``pin
+--migrate-memory`` does. A tune session is the ``Tuner`` that ``affmon tune`` runs, with a
+sampler of its own (the monitor's belongs to its sampling thread).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from affmon.actions.journal import Journal, JournalEntry, default_journal_path
-from affmon.actions.pin import PinResult, pin
+from affmon.actions.pin import MoveMemory, PinResult, pin
+from affmon.actions.tune import Row, Tuner, TuneResult
 from affmon.actions.undo import UndoResult, still_there, undo
 from affmon.collect.procfs import ProcFs
+from affmon.collect.sampler import Selection
 from affmon.core.advice import PinProposal, propose_pin
 from affmon.core.cpuset import format_cpulist
 from affmon.core.errors import AffmonError
 from affmon.core.rates import Snapshot
+from affmon.core.topology import Topology
+from affmon.core.tuning import ScoreKind
+
+if TYPE_CHECKING:
+    from affmon.sources.live import LiveSources
+
+TUNE_NEEDS_LIVE = "tune needs a live process: this is a replay, its processes are not on this machine"
+
+
+class TuneSession(Protocol):
+    """What the tune dialog drives: ``affmon.actions.tune.Tuner`` (its docs), and ``close``
+    for what the session opened (its sampler, NVML). ``prepare``, ``step`` and ``close`` run
+    in the dialog's worker thread; ``abort`` from any thread."""
+
+    settle_s: float
+    window_s: float
+    score_kind: ScoreKind
+
+    @property
+    def rows(self) -> tuple[Row, ...]: ...
+
+    def prepare(self) -> tuple[Row, ...]: ...
+
+    def step(self) -> bool: ...
+
+    def result(self) -> TuneResult: ...
+
+    def abort(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Pinner(Protocol):
-    def propose(self, snapshot: Snapshot, pid: int) -> PinProposal | None:
-        """What ``r`` on ``pid`` would do; None when the process is gone."""
+    replay: bool  # True: nothing here acts on this machine (a recording's processes)
+
+    def propose(self, snapshot: Snapshot, pid: int, window: Sequence[Snapshot] = ()) -> PinProposal | None:
+        """What ``r`` on ``pid`` would do, sized over ``window`` (the recent snapshots,
+        oldest first, ending with ``snapshot``); None when the process is gone."""
         ...
 
-    def apply(self, proposal: PinProposal, *, isolate: bool, with_children: bool) -> PinResult:
-        """Pin ``proposal.pid`` to ``proposal.suggestion.cpus``. Runs in a worker thread."""
+    def apply(
+        self, proposal: PinProposal, *, isolate: bool, with_children: bool, move_memory: bool = False
+    ) -> PinResult:
+        """Pin ``proposal.pid`` to ``proposal.suggestion.cpus``; with ``move_memory``, then
+        move its pages to the node of those CPUs. Runs in a worker thread."""
         ...
 
     def last_pin(self) -> str | None:
@@ -38,17 +81,47 @@ class Pinner(Protocol):
         """Put back the masks of the newest pin not yet undone. Runs in a worker thread."""
         ...
 
+    def tuner(self, pid: int, start_ticks: int, on_change: Callable[[Row], None]) -> TuneSession:
+        """A tune session of the job rooted at ``pid`` (the process started at
+        ``start_ticks``); ``on_change`` gets each changed row, from the worker thread.
+        Raises ``AffmonError`` when it cannot tune (a replay; the process is gone)."""
+        ...
+
+
+class LiveTuner(Tuner):
+    """A ``Tuner`` over live sources of its own, closed with it."""
+
+    def __init__(
+        self, sources: LiveSources, pid: int, *, start_ticks: int, journal: Journal, on_change: Callable[[Row], None]
+    ) -> None:
+        super().__init__(
+            pid,
+            start_ticks=start_ticks,
+            sampler=sources.sampler,
+            topology=sources.topology,
+            journal=journal,
+            on_change=on_change,
+        )
+        self.sources = sources
+
+    def close(self) -> None:
+        self.sources.close()
+
 
 class SystemPinner:
     """Pins for real, journaled in ``journal`` (default: ``$XDG_STATE_HOME/affmon``)."""
 
+    replay = False
+
     def __init__(self, journal: Journal | None = None) -> None:
         self.journal = journal
+        self._topology: Topology | None = None  # this machine's, as the last proposal saw it
 
     def _journal(self) -> Journal:
         return self.journal if self.journal is not None else Journal(default_journal_path())
 
-    def propose(self, snapshot: Snapshot, pid: int) -> PinProposal | None:
+    def propose(self, snapshot: Snapshot, pid: int, window: Sequence[Snapshot] = ()) -> PinProposal | None:
+        self._topology = snapshot.topology
         try:
             in_force = [e for e in self._journal().entries() if e.state == "applied"]
         except AffmonError:
@@ -59,9 +132,16 @@ class SystemPinner:
             for r in e.threads
             if r.role == "isolate" and r.tid == r.pid and r.start_ticks is not None
         }
-        return propose_pin(snapshot, pid, my_uid=os.geteuid(), moved_by_affmon=moved)
+        return propose_pin(snapshot, pid, my_uid=os.geteuid(), moved_by_affmon=moved, window=window)
 
-    def apply(self, proposal: PinProposal, *, isolate: bool, with_children: bool) -> PinResult:
+    def apply(
+        self, proposal: PinProposal, *, isolate: bool, with_children: bool, move_memory: bool = False
+    ) -> PinResult:
+        request = None
+        if move_memory:
+            from affmon.sources.live import load_topology  # reads sysfs: only when asked
+
+            request = MoveMemory(self._topology if self._topology is not None else load_topology())
         return pin(
             proposal.pid,
             proposal.suggestion.cpus,
@@ -70,6 +150,7 @@ class SystemPinner:
             journal=self._journal(),
             isolate=isolate,
             isolate_candidates=proposal.isolate_candidates,
+            move_memory=request,
         )
 
     def _newest(self) -> JournalEntry | None:
@@ -104,16 +185,32 @@ class SystemPinner:
             return UndoResult(False, (), (), "nothing to undo: affmon has no pin in its journal")
         return undo(self._journal(), entry.pid)
 
+    def tuner(self, pid: int, start_ticks: int, on_change: Callable[[Row], None]) -> TuneSession:
+        """``affmon tune PID``'s defaults (3 s settle, 8 s window, with children, isolation
+        by its manners), journaled in this pinner's journal. Opens NVML: call it from a
+        worker thread."""
+        from affmon.sources.live import open_live_sources  # NVML: only when asked
+
+        sources = open_live_sources(Selection(pids=(pid,), others=True))
+        try:
+            return LiveTuner(sources, pid, start_ticks=start_ticks, journal=self._journal(), on_change=on_change)
+        except BaseException:
+            sources.close()
+            raise
+
 
 class ReplayPinner:
     """For a replay: shows what ``r`` would suggest, changes nothing."""
 
     REFUSAL = "this is a replay: its processes are not on this machine, so nothing was pinned"
+    replay = True
 
-    def propose(self, snapshot: Snapshot, pid: int) -> PinProposal | None:
-        return propose_pin(snapshot, pid)
+    def propose(self, snapshot: Snapshot, pid: int, window: Sequence[Snapshot] = ()) -> PinProposal | None:
+        return propose_pin(snapshot, pid, window=window)
 
-    def apply(self, proposal: PinProposal, *, isolate: bool, with_children: bool) -> PinResult:
+    def apply(
+        self, proposal: PinProposal, *, isolate: bool, with_children: bool, move_memory: bool = False
+    ) -> PinResult:
         return PinResult(False, proposal.suggestion.cpus, (), self.REFUSAL, False, None)
 
     def last_pin(self) -> str | None:
@@ -121,3 +218,6 @@ class ReplayPinner:
 
     def undo_last(self) -> UndoResult:
         return UndoResult(False, (), (), "this is a replay: nothing was pinned, nothing to undo")
+
+    def tuner(self, pid: int, start_ticks: int, on_change: Callable[[Row], None]) -> TuneSession:
+        raise AffmonError(TUNE_NEEDS_LIVE)

@@ -1,5 +1,8 @@
-"""Modal screens: the re-pin confirmation (then its result), the undo confirmation
-(then its result), and help. Nothing reaches the system before Enter on one of them.
+"""Modal screens: the re-pin confirmation (then its result) and the undo confirmation
+(then its result); help is in ``affmon.tui.help``. Nothing reaches the system before Enter on one of them.
+Moving the memory too is a toggle of the pin dialog, off until pressed: it is the
+consent ``pin --migrate-memory`` asks for on the command line. In a replay, Enter says
+that a replay pins nothing.
 
 What they show about processes (names, the planner's sentences, pin and undo messages)
 passes through ``term_safe`` and goes into Rich ``Text``, never markup."""
@@ -25,7 +28,9 @@ from affmon.tui.palette import Palette
 from affmon.tui.pinner import Pinner
 
 
-def proposal_text(pr: PinProposal, *, isolate: bool, with_children: bool, p: Palette) -> Text:
+def proposal_text(
+    pr: PinProposal, *, isolate: bool, with_children: bool, p: Palette, move_memory: bool = False
+) -> Text:
     s = pr.suggestion
     out = Text()
     out.append(f"Re-pin {pr.pid} {fmt.term_safe(pr.name)}", style="bold")
@@ -56,6 +61,10 @@ def proposal_text(pr: PinProposal, *, isolate: bool, with_children: bool, p: Pal
             out.append(f"        and {len(pr.move_off) - 8} more\n", style=p.muted)
     else:
         out.append("       nothing else busy runs on those CPUs\n", style=p.muted)
+    box = "[x]" if move_memory else "[ ]"
+    out.append(f"{box} m  move memory too", style="bold" if move_memory else "")
+    where = f"node {s.numa_node}" if s.numa_node is not None else "the node of those CPUs"
+    out.append(f"   then move its pages to {where} (migrate_pages; off: the pages stay)\n", style=p.muted)
     if pr.left_alone:
         out.append("       left alone:\n", style=p.muted)
         for o, why in pr.left_alone[:6]:
@@ -77,9 +86,15 @@ def pin_result_text(result: PinResult, p: Palette) -> Text:
     else:
         out.append("not pinned: ", style=f"bold {p.error}")
         out.append(f"{fmt.term_safe(str(result.error))}\n")
+    if result.memory is not None:
+        out.append("memory: ", style=p.muted)
+        out.append(f"{fmt.term_safe(result.memory.message)}\n", style=p.success if result.memory.ok else p.error)
     lines = [fmt.term_safe(line) for line in result_text(result)] if result.threads else []
     out.append("\n".join(lines) + ("\n" if lines else ""), style="")
     return out
+
+
+REPLAY_PINS_NOTHING = "a replay pins nothing: its processes are not on this machine"
 
 
 def undo_result_text(result: UndoResult, p: Palette) -> Text:
@@ -155,6 +170,7 @@ class PinScreen(_ActionScreen):
         *_ActionScreen.BINDINGS,
         Binding("i", "toggle_isolate", "Isolate"),
         Binding("c", "toggle_children", "With children"),
+        Binding("m", "toggle_memory", "Move memory"),
     ]
 
     def __init__(self, proposal: PinProposal, pinner: Pinner, palette: Palette) -> None:
@@ -163,12 +179,36 @@ class PinScreen(_ActionScreen):
         self.pinner = pinner
         self.isolate = False
         self.with_children = True
+        self.move_memory = False  # the consent to move pages: never on by default
         self.result: PinResult | None = None
+        self.replayed = False  # Enter in a replay: nothing was asked of the system
 
     def body(self) -> Text:
+        if self.replayed:
+            return Text.assemble(
+                (f"{REPLAY_PINS_NOTHING}.\n\n", "bold"),
+                (f"It would pin {self.proposal.pid} to CPUs {fmt.cpus(self.proposal.suggestion.cpus)}; ", ""),
+                ("run affmon on the machine the recording was made on to pin it.", self.palette.muted),
+            )
         if self.result is not None:
             return pin_result_text(self.result, self.palette)
-        return proposal_text(self.proposal, isolate=self.isolate, with_children=self.with_children, p=self.palette)
+        return proposal_text(
+            self.proposal,
+            isolate=self.isolate,
+            with_children=self.with_children,
+            p=self.palette,
+            move_memory=self.move_memory,
+        )
+
+    def keys(self) -> Text:
+        if self.state == "asking" and self.pinner.replay:
+            return Text.assemble(("Enter", "bold"), " (a replay pins nothing)   ", ("Esc", "bold"), " close")
+        return super().keys()
+
+    def action_toggle_memory(self) -> None:
+        if self.state == "asking":
+            self.move_memory = not self.move_memory
+            self._refresh()
 
     def action_toggle_isolate(self) -> None:
         if self.state == "asking":
@@ -181,12 +221,18 @@ class PinScreen(_ActionScreen):
             self._refresh()
 
     def _start(self) -> None:
-        self._apply(self.isolate, self.with_children)
+        if self.pinner.replay:
+            self.replayed = True
+            self.finish()
+            return
+        self._apply(self.isolate, self.with_children, self.move_memory)
 
     @work(thread=True, exclusive=True, group="pin", exit_on_error=False)
-    def _apply(self, isolate: bool, with_children: bool) -> None:
+    def _apply(self, isolate: bool, with_children: bool, move_memory: bool) -> None:
         try:
-            result = self.pinner.apply(self.proposal, isolate=isolate, with_children=with_children)
+            result = self.pinner.apply(
+                self.proposal, isolate=isolate, with_children=with_children, move_memory=move_memory
+            )
         except Exception as exc:  # a fault must reach the person as a result, never a crash
             result = PinResult(False, self.proposal.suggestion.cpus, (), f"internal error: {exc}", False, None)
         self.app.call_from_thread(self._done, result)
@@ -196,11 +242,14 @@ class PinScreen(_ActionScreen):
         self.finish()
 
     def summary(self) -> str | None:
+        if self.replayed:
+            return f"{REPLAY_PINS_NOTHING} ({self.proposal.pid} was not pinned)"
         r = self.result
         if r is None:
             return None
         if r.ok:
-            return f"pinned {self.proposal.pid} to CPUs {fmt.cpus(r.cpus)} (u undoes it)"
+            memory = f"; memory: {fmt.term_safe(r.memory.message)}" if r.memory is not None else ""
+            return f"pinned {self.proposal.pid} to CPUs {fmt.cpus(r.cpus)} (u undoes it){memory}"
         return f"pin of {self.proposal.pid} failed: {fmt.term_safe(str(r.error))}"
 
 
@@ -238,47 +287,3 @@ class UndoScreen(_ActionScreen):
         if r is None:
             return None
         return "undone: masks restored" if r.ok else f"undo failed: {fmt.term_safe(str(r.error))}"
-
-
-HELP = """\
-[b]Keys[/b]
-  ↑ ↓ PgUp PgDn, mouse   select a process
-  r   re-pin the selected process's job (shows the plan; Enter applies, Esc cancels)
-  u   undo the last pin affmon made (asks first)
-  /   filter by PID, name, command, user or finding code (Enter keeps, Esc clears)
-  s   sort: findings → CPU % → wait % → PID
-  a   all processes ↔ training processes only
-  t   show or hide thread rows
-  p   pause or resume sampling
-  ?   this help       q   quit       ctrl+p   command palette
-
-[b]Columns[/b]
-  CPU%     CPU time over the interval, 100 = one CPU busy
-  WAIT     run-queue wait / (run + wait), from schedstat: 0% healthy, ≥10% warn, ≥25% bad
-  RAN ON   the CPUs its threads last ran on in the interval (a lower bound)
-  MASK     the main thread's affinity (* when some threads differ)
-  SW/s     voluntary + involuntary context switches per second
-  MIG/s    migrations between CPUs per second
-  FINDINGS STARV starved · NARROW mask too narrow · CONTEND contended · XNUMA cross-NUMA
-           GPUSTV GPU starved · PCIE link degraded · DRIFT pin lost (bold: raised on it;
-           plain: its job's, naming its threads)
-
-[b]Core map[/b]  bar = how busy; colour = job that ran there; red = shared
-  (two jobs, or a job and another busy process); reversed = the selected process ran
-  there; dim = outside its mask; underlined = local to its GPU.
-"""
-
-
-class HelpScreen(ModalScreen[None]):
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "close", "Close"),
-        Binding("question_mark", "close", "Close"),
-        Binding("q", "close", "Close"),
-    ]
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"), VerticalScroll(id="dialog-body"):
-            yield Static(HELP, id="dialog-text")
-
-    def action_close(self) -> None:
-        self.dismiss(None)

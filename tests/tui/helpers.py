@@ -25,25 +25,40 @@ FIXED_CLOCK = 1_800_000_000.0
 
 
 class FakePinner:
-    """Records every call; ``fail`` makes ``apply`` report a rollback."""
+    """Records every call (the window each proposal was sized over: ``windows``; each
+    pin's ``move_memory``: ``moves``); ``fail`` makes ``apply`` report a rollback;
+    ``memory`` is the migration result a pin that moves memory reports."""
 
-    def __init__(self, fail: str | None = None, last: str | None = "PID 695 pinned to CPUs 0-15") -> None:
+    replay = False
+
+    def __init__(
+        self, fail: str | None = None, last: str | None = "PID 695 pinned to CPUs 0-15", memory: Any = None
+    ) -> None:
         self.fail = fail
         self.last = last
+        self.memory = memory
         self.calls: list[tuple[int, CpuSet, bool, bool]] = []
+        self.windows: list[tuple[Snapshot, ...]] = []
+        self.moves: list[bool] = []
         self.undos = 0
+        self.tune_sessions: list[Any] = []  # what ``tuner`` hands out, first first
 
-    def propose(self, snapshot: Snapshot, pid: int) -> PinProposal | None:
-        return propose_pin(snapshot, pid)
+    def propose(self, snapshot: Snapshot, pid: int, window: Sequence[Snapshot] = ()) -> PinProposal | None:
+        self.windows.append(tuple(window))
+        return propose_pin(snapshot, pid, window=window)
 
-    def apply(self, proposal: PinProposal, *, isolate: bool, with_children: bool) -> PinResult:
+    def apply(
+        self, proposal: PinProposal, *, isolate: bool, with_children: bool, move_memory: bool = False
+    ) -> PinResult:
         cpus = proposal.suggestion.cpus
         self.calls.append((proposal.pid, cpus, isolate, with_children))
+        self.moves.append(move_memory)
         if self.fail:
             failed = ThreadResult(proposal.pid, proposal.pid + 1, frozenset({0, 1}), None, "failed", self.fail)
             return PinResult(False, cpus, (failed,), self.fail, True, None, changed=True)
         threads = (ThreadResult(proposal.pid, proposal.pid, frozenset({0, 1}), cpus, "set"),)
-        return PinResult(True, cpus, threads, None, False, "test-entry")
+        memory = self.memory if move_memory else None
+        return PinResult(True, cpus, threads, None, False, "test-entry", memory=memory)
 
     def last_pin(self) -> str | None:
         return self.last
@@ -52,6 +67,11 @@ class FakePinner:
         self.undos += 1
         self.last = None
         return UndoResult(True, ("test-entry",), (), None)
+
+    def tuner(self, pid: int, start_ticks: int, on_change: Any) -> Any:
+        session = self.tune_sessions.pop(0)
+        session.started(pid, start_ticks, on_change)
+        return session
 
 
 class ListSource:

@@ -11,7 +11,8 @@ import time
 from textual.widgets import Static
 
 from affmon.tui.app import AffmonApp
-from affmon.tui.screens import HelpScreen, PinScreen, UndoScreen
+from affmon.tui.help import HelpScreen
+from affmon.tui.screens import PinScreen, UndoScreen
 from affmon.tui.widgets.detail import DetailText
 from affmon.tui.widgets.processes import ProcessTable
 from tests.recordings import load
@@ -305,11 +306,11 @@ def test_at_80x24_the_table_stays_and_the_side_panes_go():
         app = replay_app("overlap")
         async with app.run_test(size=SIZE) as pilot:
             await play(pilot)
-            assert app.query_one("#cores").display and app.query_one("#detail").display
+            assert app.query_one("#cores-pane").display and app.query_one("#detail").display
             rows = list(table(app)._keys)
             await pilot.resize_terminal(80, 24)
             await pilot.pause()
-            assert not app.query_one("#cores").display and not app.query_one("#detail").display
+            assert not app.query_one("#cores-pane").display and not app.query_one("#detail").display
             assert not app.query_one("#gpu-plot").display
             assert table(app).size.height >= 10 and table(app)._keys == rows
             header = shown_text(app, "#header")
@@ -328,7 +329,7 @@ def test_resized_down_and_back_up_the_panes_return():
                 await pilot.resize_terminal(*size)
                 await pilot.pause()
                 assert table(app)._keys == rows
-            assert app.query_one("#cores").display and app.query_one("#detail").display
+            assert app.query_one("#cores-pane").display and app.query_one("#detail").display
 
     run(go())
 

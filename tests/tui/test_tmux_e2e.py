@@ -1,6 +1,7 @@
 """End to end in a real terminal: tmux runs ``python -m affmon --pid X`` on a busy
-process pinned to one CPU; the screen shows it; ``r`` then Enter re-pins it for real
-(checked with sched_getaffinity on every thread); ``u`` then Enter puts it back."""
+process pinned to one CPU, at 160x48 and at 80x24; the screen shows it; ``r`` then Enter
+re-pins it for real (checked with sched_getaffinity on every thread); ``u`` then Enter puts
+it back. And ``affmon --demo`` at 80x24, as a newcomer first runs it."""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def masks(pid: int) -> dict[int, frozenset[int]]:
     return found
 
 
-def test_repin_and_undo_for_real_in_tmux(tmux: Tmux, tmp_path: Path):
+@pytest.mark.parametrize(("width", "height"), [(160, 48), (80, 24)])
+def test_repin_and_undo_for_real_in_tmux(tmux: Tmux, tmp_path: Path, width: int, height: int):
     cpus = usable_cpus()
     if len(cpus) < 2:
         pytest.skip("needs two usable CPUs to move a process between")
@@ -79,12 +81,12 @@ def test_repin_and_undo_for_real_in_tmux(tmux: Tmux, tmp_path: Path):
             f"cd {ROOT} && env XDG_STATE_HOME={tmp_path / 'state'} TERM=xterm-256color "
             f"{sys.executable} -m affmon --pid {pid} --interval 0.5"
         )
-        tmux.run("new-session", "-d", "-s", "e2e", "-x", "160", "-y", "48", command)
+        tmux.run("new-session", "-d", "-s", "e2e", "-x", str(width), "-y", str(height), command)
         # Its row with a CPU% measured: the first look (one sample) shows the row before any rate.
         screen = tmux.wait_for(
             lambda s: re.search(rf"\b{pid}\b +python\S* +\d+\.?\d*\b", s) is not None, f"PID {pid} measured"
         )
-        assert "affmon" in screen and "RAN ON" in screen
+        assert "affmon" in screen and "MASK" in screen and "FINDINGS" in screen  # the columns that fit 80 too
 
         tmux.keys("r")
         screen = tmux.wait_for(lambda s: "suggested CPUs" in s, "the re-pin dialog")
@@ -118,3 +120,33 @@ def _cpulist(text: str) -> set[int]:
         first, _, last = part.partition("-")
         out.update(range(int(first), int(last or first) + 1))
     return out
+
+
+def test_the_demo_at_80x24_in_tmux(tmux: Tmux):
+    """What a newcomer's first command shows in an 80x24 terminal: the banner, the GPU on one
+    line, help and quit in the footer, Enter's detail, the help, and q to leave."""
+    command = f"cd {ROOT} && env TERM=xterm-256color {sys.executable} -m affmon --demo --speed 4"
+    tmux.run("new-session", "-d", "-s", "e2e", "-x", "80", "-y", "24", command)
+    screen = tmux.wait_for(lambda s: "python3 rank" in s, "the demo's rank")
+    lines = screen.splitlines()
+    assert "DEMO" in screen and "hogs" in screen
+    footer = lines[-1]
+    assert "? Help" in footer and "q Quit" in footer, footer
+    gpu = [line for line in lines if "GPU0" in line]
+    assert len(gpu) == 1 and "x16" in gpu[0], gpu  # one line: "x16" did wrap onto the next
+    assert all(len(line) <= 80 for line in lines)
+    header = next(line for line in lines if "PID" in line and "COMMAND" in line)
+    assert "FINDINGS" in header and "USER" not in header  # the columns that fit, no sideways scroll
+    tmux.keys("Enter")
+    screen = tmux.wait_for(lambda s: "Selected process" in s and "mask" in s, "the detail, full size")
+    tmux.keys("Escape")
+    tmux.wait_for(lambda s: "COMMAND" in s, "the table again")
+    tmux.keys("?")
+    screen = tmux.wait_for(lambda s: "never kills" in s or "Keys" in s, "the help")
+    tmux.keys("Escape")
+    tmux.wait_for(lambda s: "COMMAND" in s, "the table after the help")
+    tmux.keys("q")
+    deadline = time.monotonic() + 10
+    while "e2e" in tmux.run("list-sessions") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "e2e" not in tmux.run("list-sessions")

@@ -3,8 +3,15 @@
 A ``Monitor`` keeps what a single snapshot cannot give: the previous sample (rates need
 two), the ``FindingTracker`` (a finding must hold for two intervals), and bounded
 history (fixed-length deques: per GPU utilisation and PCIe RX/TX, per watched process
-wait ratio and CPU use, the last ``history_len`` ticks). It is owned by one thread, the
-sampler worker; what it hands out is frozen, so the UI thread shares nothing mutable.
+wait ratio and CPU use, and for a process whose training loop is probed, the loop's
+shares beside its GPUs' busy share, the last ``history_len`` ticks). It is owned by one
+thread, the sampler worker; what it hands out is frozen, so the UI thread shares nothing
+mutable.
+
+It also keeps the snapshots of the last ``PIN_WINDOW`` intervals (``recent``, a tuple
+replaced whole each tick, so the UI thread may read it): the pin dialog sizes its
+suggestion over them (``window_until``), as ``affmon diagnose`` sizes its suggestions
+over every interval of its run, instead of over the last interval alone.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from affmon.core.samples import Sample
 from affmon.core.tick import Tick, advance, start
 from affmon.core.topology import Topology
 from affmon.sources.stream import SourceInfo
+from affmon.tui.model.process_detail import PLOTTED_SHARES, LoopHistory, TrackedHistory, detailed, loop_points
 from affmon.tui.model.views import (
     GpuHistory,
     HeaderView,
@@ -32,6 +40,10 @@ from affmon.tui.model.views import (
 LAG_WINDOW = 10  # views over which the interval really kept is measured
 LAG_TOLERANCE = 1.2
 HISTORY_LEN = 300  # ticks: five minutes at the default 1 s interval
+# Intervals the pin dialog's suggestion is sized over: a finding is raised after it holds
+# for two (``Thresholds.raise_after``); five seconds at the default interval also take in
+# a DataLoader worker that was between batches in one of them.
+PIN_WINDOW = 5
 
 
 class _Ring:
@@ -65,7 +77,10 @@ class Monitor:
         self.state: Tick = start(topology, thresholds)
         self._gpu: dict[int, tuple[_Ring, _Ring, _Ring]] = {}
         self._proc: dict[tuple[int, int], tuple[_Ring, _Ring]] = {}
+        self._loop: dict[tuple[int, int], tuple[_Ring, ...]] = {}  # the plotted shares, then GPU busy
         self._intervals: deque[float] = deque(maxlen=LAG_WINDOW)
+        self._window: deque[Snapshot] = deque(maxlen=PIN_WINDOW)
+        self.recent: tuple[Snapshot, ...] = ()  # the last PIN_WINDOW snapshots, oldest first
 
     def feed(
         self, sample: Sample, expected_masks: ExpectedMasks | None = None, *, finished: bool = False
@@ -78,7 +93,10 @@ class Monitor:
             return None
         findings = self.state.findings
         jobs = list(self.state.jobs)
+        loops = self.state.loops
         self._intervals.append(snapshot.interval_s)
+        self._window.append(snapshot)
+        self.recent = tuple(self._window)
         now = sample.monotonic_s
         gpus = tuple(gpu_row(g) for g in snapshot.gpus)
         for g in gpus:
@@ -95,12 +113,20 @@ class Monitor:
             rings2 = self._proc.setdefault(p.sample.key, (self._ring(), self._ring()))
             rings2[0].add(now, p.wait_ratio)
             rings2[1].add(now, p.cpu_percent)
+            report = loops.get(p.sample.pid)
+            if report is not None or p.sample.key in self._loop:  # once probed, a gap where a tick has none
+                shares, busy = loop_points(report)
+                rings3 = self._loop.setdefault(p.sample.key, tuple(self._ring() for _ in range(len(shares) + 1)))
+                for ring, value in zip(rings3, (*shares, busy), strict=True):
+                    ring.add(now, value)
         self._proc = {k: v for k, v in self._proc.items() if k in alive}  # exited processes go
+        self._loop = {k: v for k, v in self._loop.items() if k in alive}
         gpu_history = {i: GpuHistory(*(r.series(now) for r in rings)) for i, rings in self._gpu.items()}
-        process_history = {
-            pid: ProcessHistory(rings[0].series(now), rings[1].series(now)) for (pid, _), rings in self._proc.items()
-        }
-        processes = process_rows(snapshot, jobs, findings)
+        process_history = {key[0]: self._history(key, rings, now) for key, rings in self._proc.items()}
+        samples = {p.sample.pid: p.sample for p in snapshot.processes}
+        processes = tuple(
+            detailed(r, loops.get(r.pid), samples.get(r.pid)) for r in process_rows(snapshot, jobs, findings)
+        )
         return View(
             tick=self.ticks,
             header=self._header(sample, sum(1 for p in processes if p.watched), finished),
@@ -130,7 +156,8 @@ class Monitor:
             gpus=tuple(gpu_rates(g, None, 0.0, topo) for g in sample.gpus),
         )
         jobs = find_jobs(snapshot)
-        processes = process_rows(snapshot, jobs, ())
+        samples = {p.pid: p for p in sample.processes}
+        processes = tuple(detailed(r, None, samples.get(r.pid)) for r in process_rows(snapshot, jobs, ()))
         return View(
             tick=self.ticks,
             header=self._header(sample, sum(1 for p in processes if p.watched), finished=False),
@@ -157,6 +184,24 @@ class Monitor:
     def ticks(self) -> int:
         """Intervals closed (views made)."""
         return self.state.intervals
+
+    def window_until(self, snapshot: Snapshot) -> tuple[Snapshot, ...]:
+        """The recent snapshots up to and including ``snapshot`` (a view's), oldest first:
+        the window a suggestion for that view is sized over. Empty when ``snapshot`` is no
+        longer among them. Safe from the UI thread: ``recent`` is read once."""
+        recent = self.recent
+        for i in range(len(recent) - 1, -1, -1):
+            if recent[i] is snapshot:
+                return recent[: i + 1]
+        return ()
+
+    def _history(self, key: tuple[int, int], rings: tuple[_Ring, _Ring], now: float) -> ProcessHistory:
+        wait, cpu = rings[0].series(now), rings[1].series(now)
+        loop = self._loop.get(key)
+        if loop is None:
+            return ProcessHistory(wait, cpu)
+        shares = tuple(r.series(now) for r in loop[: len(PLOTTED_SHARES)])
+        return TrackedHistory(wait, cpu, LoopHistory(shares, loop[-1].series(now)))
 
     def _ring(self) -> _Ring:
         return _Ring(self.history_len)

@@ -23,6 +23,10 @@ SORTS = {
 }
 
 
+# The column each sort orders by: its header carries the marker (▼, or ▲ reversed).
+SORT_COLUMNS = {"findings": "findings", "cpu": "cpu", "wait": "wait", "pid": "pid"}
+
+
 def next_sort(current: str) -> str:
     keys = list(SORTS)
     return keys[(keys.index(current) + 1) % len(keys)] if current in SORTS else keys[0]
@@ -34,6 +38,11 @@ class TableOptions:
     training_only: bool = True  # only watched processes (training ones, or --pid's tree)
     show_threads: bool = False
     filter_text: str = ""
+    reverse: bool = False  # the sort's order turned round (htop's I): the least first
+
+    def describe_sort(self) -> str:
+        """What the status line says: "CPU %", "CPU %, reversed"."""
+        return SORTS.get(self.sort, self.sort) + (", reversed" if self.reverse else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +82,12 @@ def sort_key(sort: str, row: ProcessRow) -> tuple[float, ...]:
 
 
 def matches(row: ProcessRow, text: str) -> bool:
-    """Case-insensitive: PID, name, command line, user, finding codes (long or short)."""
+    """Case-insensitive: PID, name, command line, user, the scheduler that placed it (a
+    ``DetailedRow``'s context: "slurm 4242"), finding codes (long or short)."""
     needle = text.strip().lower()
     if not needle:
         return True
-    hay = [str(row.pid), row.name, row.cmdline or "", row.user or "", row.role]
+    hay = [str(row.pid), row.name, row.cmdline or "", row.user or "", row.role, getattr(row, "context", None) or ""]
     hay += [m.code for m in row.findings] + [short_code(m.code) for m in row.findings]
     return any(needle in h.lower() for h in hay)
 
@@ -109,7 +119,7 @@ def table_rows(view: View, options: TableOptions) -> tuple[TableRow, ...]:
         parent = _shown_ancestor(p, by_pid, every)
         children.setdefault(parent, []).append(p)
     for siblings in children.values():
-        siblings.sort(key=lambda r: sort_key(options.sort, r))
+        siblings.sort(key=lambda r: sort_key(options.sort, r), reverse=options.reverse)
     out: list[TableRow] = []
     visited: set[int] = set()
 
@@ -125,7 +135,7 @@ def table_rows(view: View, options: TableOptions) -> tuple[TableRow, ...]:
             below = lead + (("   " if last else "│  ") if is_child else "")
             kids = children.get(p.pid, [])
             if options.show_threads:
-                threads = _threads(view, p.pid, options.sort)
+                threads = _threads(view, p.pid, options.sort, options.reverse)
                 for j, t in enumerate(threads):
                     t_last = j == len(threads) - 1 and not kids
                     out.append(
@@ -151,10 +161,10 @@ def _shown_ancestor(p: ProcessRow, shown: dict[int, ProcessRow], every: dict[int
     return None
 
 
-def _threads(view: View, pid: int, sort: str) -> tuple[ThreadRow, ...]:
+def _threads(view: View, pid: int, sort: str, reverse: bool = False) -> tuple[ThreadRow, ...]:
     rows = thread_rows(view.snapshot, pid)
     if sort == "pid":
-        return tuple(sorted(rows, key=lambda r: r.tid))
-    if sort == "wait":
-        return tuple(sorted(rows, key=lambda r: (-_num(r.wait_ratio), r.tid)))
-    return rows
+        rows = tuple(sorted(rows, key=lambda r: r.tid))
+    elif sort == "wait":
+        rows = tuple(sorted(rows, key=lambda r: (-_num(r.wait_ratio), r.tid)))
+    return rows[::-1] if reverse else rows

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from affmon.core.cpuset import EMPTY, CpuSet
 from affmon.core.findings import DEFAULT_THRESHOLDS, Finding, Job, Severity, demand, find_jobs
 from affmon.core.fmt import term_safe
+from affmon.core.loop_report import LoopReport
 from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
 
 # Another process's CPU use on a CPU that makes it a contender there (findings.py uses
@@ -251,6 +252,27 @@ def _roles(snapshot: Snapshot, jobs: Sequence[Job]) -> tuple[dict[int, str], dic
     return role, job_of
 
 
+# A loop report's verdict as the LOOP column says it: what the training loop spent the
+# interval waiting on (core/loop_findings.verdict).
+LOOP_WORDS = {
+    "input_bound": "data",  # waiting for DataLoader batches
+    "gpu_bound": "GPU",  # waiting for the GPU: the healthy case
+    "loop_bound": "CPU",  # the Python loop itself, on a CPU
+    "cpu_starved": "cpu-wait",  # runnable, waiting for a CPU
+    "mixed": "mixed",  # no single state dominates
+}
+
+
+def loop_word(report: LoopReport | None) -> str | None:
+    """The LOOP column's word: None when the loop was not probed, "-" when it was but the
+    interval gave no verdict (its thread's schedstat could not be read)."""
+    if report is None:
+        return None
+    if report.verdict is None:
+        return "-"
+    return LOOP_WORDS.get(report.verdict, term_safe(report.verdict))
+
+
 def process_rows(snapshot: Snapshot, jobs: Sequence[Job], findings: Sequence[Finding]) -> tuple[ProcessRow, ...]:
     role, job_of = _roles(snapshot, jobs)
     marks_by_pid: dict[int, list[FindingMark]] = {}
@@ -423,6 +445,7 @@ __all__ = [
     "core_groups",
     "find_jobs",
     "gpu_row",
+    "loop_word",
     "process_rows",
     "thread_rows",
 ]

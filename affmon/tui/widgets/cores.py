@@ -2,11 +2,14 @@
 which training job ran there in the last interval and how busy it was.
 
 A cell is the CPU id and a bar (▁ to █, how busy; · idle) coloured by who ran there: a
-job's colour, red where two jobs or a job and another busy process shared the CPU
-(contention), plain for other processes. The CPU id is reversed where the selected
-process ran, dimmed outside its mask (or the machine's allowed set), and underlined
-where it is local to the selected process's GPU (every GPU's when none is selected).
-Before the first interval closes (one sample, no rates) the bars are left blank."""
+job's colour, on the error colour's background where two jobs or a job and another busy
+process shared the CPU (contention), muted for other processes. The CPU id is reversed
+where the selected process ran, dimmed outside its mask (or the machine's allowed set),
+and underlined where it is local to the selected process's GPU (every GPU's when none is selected).
+Before the first interval closes (one sample, no rates) the bars are left blank.
+
+The legend shows each style on the words it explains ("ran here" reversed, "outside mask"
+dimmed, "GPU-local" underlined): a sample digit such as "7" read as a count of CPUs."""
 
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ def cell_text(
     text.append(f"{c.cpu:>4}", style=style)
     glyph = level(c.busy_percent) if measured else " "
     if c.contended:
-        color = f"bold {p.error}"
+        color = p.shared
     elif c.job_pid is not None:
         color = job_colors.get(c.job_pid, p.foreground)
     else:
@@ -94,13 +97,13 @@ def core_map_text(
         [("▆", color), (f" job {pid}", p.muted)] for pid, color in job_colors.items()
     ]
     legend += [
-        [("▆", f"bold {p.error}"), (" shared", p.muted)],
+        [("▆", p.shared), (" shared", p.muted)],
         [("▆", p.muted), (" others", p.muted)],
-        [(" 7", "reverse bold"), (" ran here", p.muted)],
-        [(" 7", p.disabled), (" outside mask", p.muted)],
+        [("CPU id:", p.muted), (" ran here", "reverse bold")],
+        [("outside mask", p.disabled)],
     ]
     if any(c.gpu_local for g in groups for c in g.cells):  # no GPU (or no locality known): no such mark
-        legend.append([(" 7", "underline"), (" GPU-local", p.muted)])
+        legend.append([("GPU-local", "underline")])
     used = 0
     for item in legend:
         size = sum(len(t) for t, _ in item) + 2

@@ -1,5 +1,8 @@
-"""The detail pane for the selected process: what it is, its findings with their
-evidence and the suggested CPUs, its threads, and a history of its wait ratio and CPU.
+"""The detail pane for the selected process: what it is, what placed it (Slurm,
+Kubernetes, torchrun), its resident memory per NUMA node, its training loop's breakdown
+with the verdict, its findings with their evidence, the advice of an INPUT_BOUND and the
+suggested CPUs, its threads, and a history: of its loop's shares beside its GPUs' busy
+share when its loop is probed, else of its wait ratio and CPU.
 
 Rows come escaped from ``views``; a finding's evidence holds raw names (for JSON), so the
 evidence shown here passes through ``term_safe``. Every text is a Rich ``Text``, never
@@ -15,7 +18,10 @@ from rich.text import Text
 
 from affmon.core import fmt
 from affmon.core.findings import Finding
-from affmon.tui.model.views import ProcessHistory, ProcessRow, ThreadRow
+from affmon.core.loop import CPU_WAIT, DATA_WAIT, GPU_WAIT, ON_CPU
+from affmon.core.samples import NodeMemory
+from affmon.tui.model.process_detail import PLOTTED_SHARES, DetailedRow, LoopHistory, TrackedHistory
+from affmon.tui.model.views import ProcessHistory, ProcessRow, Series, ThreadRow
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.celltable import CellTable
 from affmon.tui.widgets.plot import LazyPlot
@@ -32,6 +38,62 @@ THREAD_COLUMNS = (
     ("sw", "SW/s", 5),
     ("mig", "MIG/s", 5),
 )
+
+
+GIB = 1 << 30
+# Evidence shown in words elsewhere: the loop's line and shares (the loop line), the
+# advice (its own line), the workers' figures (in the message).
+_NOT_AS_EVIDENCE = ("also", "worst_threads", "others", "loop", "line", "advice", "workers")
+# What an INPUT_BOUND's advice (``affmon.core.loop_findings.input_advice``) asks for.
+_ADVICE = {
+    "add_workers": "add DataLoader workers",
+    "more_cpus": "give the job more CPUs",
+    "move_neighbours": "move the neighbours off the job's CPUs (r, with isolate)",
+    "use_workers": "load the data in DataLoader workers",
+    "check_pipeline": "look at the input pipeline (storage, a lock, a remote source)",
+}
+_PLOT = {
+    DATA_WAIT: ("data", "magenta"),
+    GPU_WAIT: ("GPU", "green"),
+    ON_CPU: ("CPU", "cyan"),
+    CPU_WAIT: ("cpu-wait", "red"),
+}
+
+
+def advice_text(advice: Any) -> str | None:
+    """An INPUT_BOUND's ``evidence["advice"]`` in words: "add DataLoader workers (about 8)"."""
+    if not isinstance(advice, dict):
+        return None
+    action = advice.get("action")
+    words = _ADVICE.get(action, fmt.term_safe(str(action))) if isinstance(action, str) else None
+    if words is None:
+        return None
+    workers = advice.get("workers")
+    return f"{words} (about {workers})" if isinstance(workers, int) else words
+
+
+def memory_text(memory: NodeMemory) -> str:
+    """Resident memory per node, in GiB: "node 0 12.3 GiB · node 1 0.4 GiB"."""
+    by_node = sorted(memory.resident_bytes_by_node.items())
+    text = " · ".join(f"node {node} {n / GIB:.1f} GiB" for node, n in by_node) or "none resident"
+    return text + (" (numa_maps cut short: a lower bound)" if memory.truncated else "")
+
+
+def _place(out: Text, row: DetailedRow, p: Palette) -> None:
+    """What placed it, where its memory is, and its training loop: a line each."""
+    if row.context:
+        out.append("placed by ", style=p.muted)
+        out.append(fmt.term_safe(row.context) + "\n")
+    if row.memory is not None:
+        out.append("memory ", style=p.muted)
+        out.append(memory_text(row.memory) + "\n")
+    loop = row.loop
+    if loop is not None:
+        out.append("loop ", style=p.muted)
+        out.append(fmt.term_safe(loop.line))
+        if loop.verdict:
+            out.append(f"  {loop.verdict.replace('_', ' ')}", style="bold")
+        out.append("\n")
 
 
 def _evidence(value: Any) -> str:
@@ -57,6 +119,8 @@ def detail_text(row: ProcessRow | None, findings: Sequence[Finding], p: Palette,
     out.append("   ran on ", style=p.muted)
     out.append(fmt.cpus(row.ran_on_cpus) if row.ran_on_cpus else "-")
     out.append(f" (node {fmt.nodes(row.ran_on_nodes)})\n" if row.ran_on_cpus else "\n")
+    if isinstance(row, DetailedRow):
+        _place(out, row, p)
     if not measured:
         out.append("\nrates and findings once the first interval closes\n", style=p.muted)
     elif not findings:
@@ -69,9 +133,13 @@ def detail_text(row: ProcessRow | None, findings: Sequence[Finding], p: Palette,
         if f.pid is not None and f.pid != row.pid:
             out.append(f" (job {f.pid})", style=p.muted)
         out.append(f"\n  {fmt.term_safe(f.message)}\n")
-        shown = {k: v for k, v in f.evidence.items() if k not in ("also", "worst_threads", "others")}
+        shown = {k: v for k, v in f.evidence.items() if k not in _NOT_AS_EVIDENCE}
         if shown:
             out.append("  " + "  ".join(f"{k}={_evidence(v)}" for k, v in shown.items()) + "\n", style=p.muted)
+        advice = advice_text(f.evidence.get("advice"))
+        if advice is not None:
+            out.append("  advice: ", style=p.muted)
+            out.append(advice + "\n", style=p.success)
         others = f.evidence.get("others")
         if isinstance(others, list) and others:
             names = ", ".join(
@@ -135,8 +203,15 @@ class ThreadTable(CellTable):
         )
 
 
+def _points(series: Series, scale: float = 1.0) -> tuple[list[float], list[float]]:
+    pairs = [(t, v * scale) for t, v in zip(series.t_s, series.values, strict=False) if v is not None]
+    return [t for t, _ in pairs], [v for _, v in pairs]
+
+
 class ProcessPlot(LazyPlot[tuple[int | None, ProcessHistory | None]]):
-    """The selected process's wait ratio (%) and CPU use (%, 100 = one CPU)."""
+    """The selected process's history: its training loop's shares (%) beside its GPUs'
+    busy share (%) when its loop is probed (``TrackedHistory``), else its wait ratio (%)
+    and CPU use (%, 100 = one CPU)."""
 
     def show(self, pid: int | None, history: Mapping[int, ProcessHistory]) -> None:
         self.put((pid, history.get(pid) if pid is not None else None))
@@ -147,16 +222,21 @@ class ProcessPlot(LazyPlot[tuple[int | None, ProcessHistory | None]]):
         if h is None:
             plt.title("no history (only watched processes keep one)")
             return
+        if isinstance(h, TrackedHistory) and h.loop is not None:
+            self._draw_loop(pid, h.loop)
+            return
         plt.title(f"PID {pid}: wait % and CPU %")
         pairs = [(t, v * 100) for t, v in zip(h.wait_ratio.t_s, h.wait_ratio.values, strict=False) if v is not None]
         if pairs:
-            plt.plot([t for t, _ in pairs], [v for _, v in pairs], label="wait %", marker="braille", color="red")
+            plt.plot(
+                [t for t, _ in pairs], [v for _, v in pairs], label="wait % (left axis)", marker="braille", color="red"
+            )
         pairs = [(t, v) for t, v in zip(h.cpu_percent.t_s, h.cpu_percent.values, strict=False) if v is not None]
         if pairs:
             plt.plot(
                 [t for t, _ in pairs],
                 [v for _, v in pairs],
-                label="CPU %",
+                label="CPU % (right axis)",
                 yside="right",
                 marker="braille",
                 color="cyan",
@@ -164,4 +244,18 @@ class ProcessPlot(LazyPlot[tuple[int | None, ProcessHistory | None]]):
             top = max(100.0, *(v for _, v in pairs))
             plt.ylim(0, top, yside="right")  # type: ignore[arg-type]  # its stub says float; plotext takes "right"
         plt.ylim(0, 100)
-        plt.xlabel("seconds")
+        plt.xlabel("seconds before now")
+
+    def _draw_loop(self, pid: int | None, loop: LoopHistory) -> None:
+        plt = self.plt
+        plt.title(f"PID {pid}: loop % and GPU busy %")
+        for name, series in zip(PLOTTED_SHARES, loop.shares, strict=True):
+            t, v = _points(series, 100.0)
+            if t:
+                label, color = _PLOT[name]
+                plt.plot(t, v, label=label, marker="braille", color=color)
+        t, v = _points(loop.gpu_busy, 100.0)
+        if t:
+            plt.plot(t, v, label="GPU busy", marker="braille", color="yellow")
+        plt.ylim(0, 100)
+        plt.xlabel("seconds before now")

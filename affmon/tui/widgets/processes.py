@@ -15,12 +15,14 @@ from rich.text import Text
 from textual import events
 
 from affmon.core import fmt
+from affmon.tui.model.process_detail import DetailedRow
 from affmon.tui.model.table import TableRow
-from affmon.tui.model.views import ProcessRow, ThreadRow
+from affmon.tui.model.views import ProcessRow, ThreadRow, loop_word
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.celltable import Cells, CellTable
 
-# (key, label, width); numbers are right-aligned by the cell text.
+# (key, label, width); numbers are right-aligned by the cell text. COMMAND and FINDINGS
+# widths are their least: ``fit_columns`` gives them what the other columns leave.
 COLUMNS = (
     ("pid", "PID", 7),
     ("command", "COMMAND", 20),
@@ -28,7 +30,8 @@ COLUMNS = (
     ("wait", "WAIT", 4),
     ("ran", "RAN ON", 9),
     ("mask", "MASK", 9),
-    ("findings", "FINDINGS", 20),
+    ("findings", "FINDINGS", 14),
+    ("loop", "LOOP", 8),
     ("gpu", "GPU", 3),
     ("thr", "THR", 3),
     ("sw", "SW/s", 5),
@@ -36,6 +39,29 @@ COLUMNS = (
     ("nodes", "NODE", 4),
     ("user", "USER", 8),
 )
+# Columns kept first when the table is too narrow for all of them; the rest go from the
+# end of this list (USER first), so the table never needs a sideways scroll.
+KEEP_ORDER: tuple[str, ...] = (
+    "pid",
+    "command",
+    "cpu",
+    "wait",
+    "findings",
+    "mask",
+    "ran",
+    "loop",
+    "gpu",
+    "thr",
+    "sw",
+    "mig",
+    "nodes",
+    "user",
+)
+ALWAYS = frozenset({"pid", "command", "cpu", "wait", "findings"})
+CELL_PADDING = 1  # DataTable's, on each side of a cell
+FINDINGS_MAX = 20  # "STARV CONTEND GPUSTV"
+COMMAND_FIRST = 26  # a worker's name under a rank: "│  ├─ pt_data_worker rank"
+SORT_MARKS = {False: "▼", True: "▲"}
 NAVIGATION_KEYS = frozenset({"up", "down", "pageup", "pagedown", "home", "end"})
 WAIT_WARN = 0.10  # findings.Thresholds.starved_warn / starved_bad: the same colours
 WAIT_BAD = 0.25
@@ -63,7 +89,50 @@ def findings_text(row: ProcessRow, p: Palette) -> Text:
     return text
 
 
-def process_cells(row: TableRow, p: Palette, job_colors: dict[int, str]) -> list[Text]:
+def fit_columns(
+    width: int,
+    needs: dict[str, int],
+    present: frozenset[str],
+    sort: str | None = None,
+    reverse: bool = False,
+) -> tuple[tuple[str, str, int], ...]:
+    """The columns that fit ``width`` cells, in table order, as (key, label, width).
+
+    ``needs``: the widest cell of a flexible column (COMMAND, FINDINGS) this tick;
+    ``present``: optional columns with content (LOOP only when a loop was probed). Columns
+    are kept in ``KEEP_ORDER`` while they fit; COMMAND then takes the room left up to its
+    widest name (a deep tree's names are not cut to "p…"), FINDINGS up to ``FINDINGS_MAX``.
+    The sorted column's label carries ▼ (▲ reversed)."""
+    sizes = {key: w for key, _, w in COLUMNS}
+    # The flexible columns first take what their content needs (FINDINGS all of it, up to
+    # FINDINGS_MAX; COMMAND up to COMMAND_FIRST), then optional columns what is left, then
+    # COMMAND the rest up to its widest name.
+    spare = max(0, width - sum(sizes[k] + 2 * CELL_PADDING for k in ALWAYS))
+    for key, most in (("findings", FINDINGS_MAX), ("command", COMMAND_FIRST)):
+        grow = min(spare, max(0, min(most, needs.get(key, 0)) - sizes[key]))
+        sizes[key] += grow
+        spare -= grow
+    candidates = [k for k in KEEP_ORDER if k != "loop" or "loop" in present]
+    used = 0
+    kept: list[str] = []
+    for key in candidates:
+        cost = sizes[key] + 2 * CELL_PADDING
+        if key in ALWAYS or used + cost <= width:
+            kept.append(key)
+            used += cost
+    room = max(0, width - used)
+    sizes["command"] += min(room, max(0, needs.get("command", 0) - sizes["command"]))
+    out = []
+    for key, label, _ in COLUMNS:
+        if key in kept:
+            if key == sort:
+                label += SORT_MARKS[reverse]
+            out.append((key, label, sizes[key]))
+    return tuple(out)
+
+
+def name_text(row: TableRow, p: Palette, job_colors: dict[int, str]) -> Text:
+    """The tree, the name in its job's colour, its role, and the scheduler that placed it."""
     proc = row.process
     assert proc is not None
     color = job_colors.get(proc.job_pid or -1, "")
@@ -72,6 +141,27 @@ def process_cells(row: TableRow, p: Palette, job_colors: dict[int, str]) -> list
     name.append(proc.name, style=f"bold {color}" if proc.role == "rank" else color)
     if proc.role == "launcher" or (proc.role == "rank" and proc.gpus):
         name.append(f" {proc.role}", style=p.muted)
+    context = proc.context if isinstance(proc, DetailedRow) else None
+    if context:  # a rank's environment wrote it: escaped like a name
+        name.append(f" [{fmt.term_safe(context)}]", style=p.muted)
+    return name
+
+
+def row_loop(proc: ProcessRow) -> str | None:
+    """The LOOP column's word for a process whose training loop is probed; None otherwise."""
+    return loop_word(proc.loop) if isinstance(proc, DetailedRow) else None
+
+
+def loop_style(word: str | None, p: Palette) -> str:
+    """GPU is where a training loop should wait; data and cpu-wait are the CPU side's fault."""
+    return {"GPU": p.success, "data": p.warning, "cpu-wait": p.warning, "CPU": p.warning}.get(word or "", p.muted)
+
+
+def process_cells(row: TableRow, p: Palette, job_colors: dict[int, str]) -> list[Text]:
+    """Every column's cell, in ``COLUMNS`` order (the table shows those that fit)."""
+    proc = row.process
+    assert proc is not None
+    name = name_text(row, p, job_colors)
     mask = fmt.cpus(proc.mask, 9) + ("*" if proc.mask_varies else "")
     return [
         _right(str(proc.pid), f"bold {p.severity(proc.worst)}" if proc.worst is not None else ""),
@@ -81,6 +171,7 @@ def process_cells(row: TableRow, p: Palette, job_colors: dict[int, str]) -> list
         Text(fmt.cpus(proc.ran_on_cpus, 9) if proc.ran_on_cpus else "-", no_wrap=True),
         Text(mask, no_wrap=True),
         findings_text(proc, p),
+        Text(row_loop(proc) or "", style=loop_style(row_loop(proc), p), no_wrap=True),
         Text(",".join(map(str, proc.gpus)) or "", no_wrap=True),
         _right(str(proc.threads)),
         _right(fmt.per_s(proc.switches_per_s)),
@@ -108,6 +199,7 @@ def thread_cells(row: TableRow, p: Palette) -> list[Text]:
         Text(""),
         Text(""),
         Text(""),
+        Text(""),
         _right(fmt.per_s(t.switches_per_s), dim),
         _right(fmt.per_s(t.migrations_per_s), dim),
         Text(""),
@@ -116,11 +208,17 @@ def thread_cells(row: TableRow, p: Palette) -> list[Text]:
 
 
 class ProcessTable(CellTable):
+    """Columns follow the width (``fit_columns``): laid out again when the width, the
+    sort, or the widest name changes; otherwise rows are rewritten in place."""
+
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        super().__init__(cursor_type="row", zebra_stripes=False, cell_padding=CELL_PADDING, **kwargs)
         self._keys: list[str] = []
         self._rows: list[TableRow] = []
+        self._full: list[Cells] = []  # every column's cells of each row shown
         self._style: tuple[Palette, dict[int, str]] | None = None
+        self._layout: tuple[tuple[str, str, int], ...] = ()
+        self._sort: tuple[str | None, bool] = (None, False)
         self.user_moved = False  # until the person moves the cursor, it follows the top row
 
     def on_key(self, event: events.Key) -> None:
@@ -130,9 +228,9 @@ class ProcessTable(CellTable):
     def on_click(self) -> None:
         self.user_moved = True
 
-    def on_mount(self) -> None:
-        for key, label, width in COLUMNS:
-            self.add_column(label, width=width, key=key)
+    def on_resize(self) -> None:
+        if self._rows and self._style is not None:
+            self.show(self._rows, *self._style, sort=self._sort[0], reverse=self._sort[1])
 
     @property
     def selected_key(self) -> str | None:
@@ -140,22 +238,59 @@ class ProcessTable(CellTable):
             return None
         return self._keys[self.cursor_row]
 
-    def show(self, rows: Sequence[TableRow], p: Palette, job_colors: dict[int, str], select: str | None = None) -> None:
+    @property
+    def shown_columns(self) -> tuple[str, ...]:
+        return tuple(key for key, _, _ in self._layout)
+
+    def show(
+        self,
+        rows: Sequence[TableRow],
+        p: Palette,
+        job_colors: dict[int, str],
+        select: str | None = None,
+        *,
+        sort: str | None = None,
+        reverse: bool = False,
+    ) -> None:
         """Lay out ``rows``; keep the cursor on ``select`` (default: the current key)."""
         wanted = select or (self.selected_key if self.user_moved else (rows[0].key if rows else None))
         if self._style != (p, job_colors):
             self._style, self._rows = (p, dict(job_colors)), []
-        old, shown = self._rows, self._shown
+        old, full = self._rows, self._full
         cells: list[Cells] = []
         for i, r in enumerate(rows):
-            if i < len(old) and i < len(shown) and old[i] == r:
-                cells.append(shown[i])  # the same row at the same place: nothing to format
+            if i < len(old) and i < len(full) and old[i] == r:
+                cells.append(full[i])  # the same row at the same place: nothing to format
             else:
                 cells.append(tuple(process_cells(r, p, job_colors) if r.process else thread_cells(r, p)))
-        self.put_rows(cells)
-        self._rows, self._keys = list(rows), [r.key for r in rows]
+        layout = self._fit(rows, cells, sort, reverse)
+        if layout != self._layout:
+            cursor = self.cursor_row
+            self.clear(columns=True)
+            for key, label, width in layout:
+                self.add_column(label, width=width, key=key)
+            self._layout = layout
+            if rows:
+                self.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
+        index = {key: i for i, (key, _, _) in enumerate(COLUMNS)}
+        picked = [index[key] for key, _, _ in layout]
+        self.put_rows([tuple(c[i] for i in picked) for c in cells])
+        self._rows, self._full, self._keys = list(rows), cells, [r.key for r in rows]
+        self._sort = (sort, reverse)
         if wanted is not None and wanted != self.selected_key:
             self.select_key(wanted)
+
+    def _fit(
+        self, rows: Sequence[TableRow], cells: Sequence[Cells], sort: str | None, reverse: bool
+    ) -> tuple[tuple[str, str, int], ...]:
+        names = [c[1].cell_len for c in cells]
+        findings = [c[6].cell_len for c in cells]
+        present = (
+            frozenset({"loop"}) if any(r.process is not None and row_loop(r.process) for r in rows) else frozenset()
+        )
+        width = (self.size.width or 80) - 1  # the vertical scrollbar's column
+        needs = {"command": max(names, default=0), "findings": max(findings, default=0)}
+        return fit_columns(width, needs, present, sort, reverse)
 
     def select_key(self, key: str) -> bool:
         try:

@@ -9,6 +9,7 @@ only when the number of lines changed.
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import Static
 
@@ -26,3 +27,15 @@ class QuietStatic(Static):
         lines = plain.count("\n") + 1
         self.update(content, layout=lines != self._shown_lines)
         self._shown, self._shown_lines = content, lines
+
+    def wrapped_lines(self, width: int) -> int:
+        """Lines the content takes at ``width`` cells when it wraps (what the layout gives a
+        pane that should show all of it); a text that does not wrap counts its lines."""
+        shown = self._shown
+        if shown is None:
+            return 0
+        plain = shown.plain if isinstance(shown, Text) else shown
+        lines = plain.split("\n")
+        if width <= 0 or (isinstance(shown, Text) and shown.no_wrap):
+            return len(lines)
+        return sum(max(1, -(-cell_len(line) // width)) for line in lines)
