@@ -32,6 +32,7 @@ def occupants(snapshot: Snapshot, job_pids: frozenset[int], t: Thresholds = DEFA
     topo = snapshot.topology
     training = training_pids(snapshot)
     neighbours = Neighbours(snapshot, t)
+    roots = {m.sample.pid: job.pid for job in find_jobs(snapshot) for m in job.members}
     for p in snapshot.processes:
         s = p.sample
         if s.pid in job_pids or s.kernel:
@@ -65,6 +66,7 @@ def occupants(snapshot: Snapshot, job_pids: frozenset[int], t: Thresholds = DEFA
                 training=s.training,
                 gpu_bus_ids=gpu_ids,
                 pinned_cpus=pinned,
+                root=roots.get(s.pid),
             )
         )
     return found

@@ -75,6 +75,7 @@ class Occupant:
     training: bool  # a training process (python/launcher/GPU user) vs another tenant
     gpu_bus_ids: tuple[str, ...] = ()  # GPUs it uses (training processes)
     pinned_cpus: CpuSet | None = None  # its mask when narrower than the machine (None: unpinned)
+    root: int | None = None  # the root of the job it belongs to (itself for a rank; None: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +310,11 @@ def suggest(
         o
         for o in others
         if o.training
-        and (any(domain_of(b).cpus & pool for b in o.gpu_bus_ids) or (not o.gpu_bus_ids and _held(o) & pool))
+        and (
+            any(domain_of(b).cpus & pool for b in o.gpu_bus_ids)
+            # a job's root only: its DataLoader workers are part of it, not peers of their own
+            or (not o.gpu_bus_ids and o.root in (None, o.pid) and _held(o) & pool)
+        )
     ]
     ranks = sorted([(first_gpu(p.gpu_bus_ids), 0, p.pid) for p in peers] + [(first_gpu(targets), 1, 0)])
     position = ranks.index((first_gpu(targets), 1, 0))

@@ -392,6 +392,11 @@ class AffmonApp(App[None]):
         view = self.view
         if view is None:
             return
+        # A cursor event can arrive while the screen is torn down (quitting): nothing to show then.
+        with contextlib.suppress(NoMatches):
+            self._show_selection(view)
+
+    def _show_selection(self, view: View) -> None:
         key = self.query_one(ProcessTable).selected_key
         if key is not None:
             self.selected_pid = int(key.split(":")[1])
