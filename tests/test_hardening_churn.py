@@ -35,6 +35,7 @@ from tests.live import workload
 
 CHURN = Path(__file__).parent / "churn.py"
 SECONDS = 20.0
+MIN_TICKS = 20
 TICK_S = 0.2
 
 
@@ -71,7 +72,11 @@ def test_sampler_and_diagnosis_under_churn() -> None:
             started = time.monotonic()
             tracemalloc.start()
             try:
-                while time.monotonic() - started < SECONDS:
+                # At least SECONDS and at least MIN_TICKS ticks (a loaded machine gives fewer
+                # ticks in SECONDS: the loop then runs on, up to three times as long).
+                while (time.monotonic() - started < SECONDS or ticks < MIN_TICKS) and (
+                    time.monotonic() - started < 3 * SECONDS
+                ):
                     time.sleep(TICK_S)
                     current = sampler.sample()
                     snap = make_snapshot(previous, current, topology)
@@ -108,7 +113,7 @@ def test_sampler_and_diagnosis_under_churn() -> None:
     # asks only that enough churn and enough ticks happened for the checks above to mean
     # something (an idle machine gives thousands of tasks and every tick).
     assert made >= 1_000, summary
-    assert ticks >= 20, ticks
+    assert ticks >= MIN_TICKS, ticks
     assert fds_after == fds_before
     assert heap_at_5s is not None
     assert heap_at_end - heap_at_5s < 2 << 20, (heap_at_5s, heap_at_end)  # < 2 MiB in 15 s
