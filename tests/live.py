@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +15,24 @@ WORKLOAD = Path(__file__).parent / "workload.py"
 
 
 @contextmanager
-def workload(*args: str) -> Iterator[dict[str, Any]]:
-    """Start ``workload.py`` with ``args``; yield its JSON line; kill it and its children."""
+def spawned(script: Path, *args: str) -> Iterator[dict[str, Any]]:
+    """Start ``script`` with ``args``; yield its first line, JSON; kill its whole session after."""
     proc = subprocess.Popen(
-        [sys.executable, str(WORKLOAD), *args], stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, str(script), *args], stdout=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         if not line:
-            raise RuntimeError(f"workload {args} did not start (exit {proc.wait()})")
+            raise RuntimeError(f"{script.name} {args} did not start (exit {proc.wait()})")
         yield json.loads(line)
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
+
+
+def workload(*args: str) -> AbstractContextManager[dict[str, Any]]:
+    """Start ``workload.py`` with ``args``; yield its JSON line; kill it and its children."""
+    return spawned(WORKLOAD, *args)
 
 
 def usable_cpus() -> list[int]:

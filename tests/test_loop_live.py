@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -18,24 +18,14 @@ import pytest
 
 from affmon.collect.loop import LoopSampler, LoopWatcher
 from affmon.core.loop import CPU_WAIT, DATA_WAIT, GPU_WAIT, ON_CPU, OTHER, LoopBreakdown, breakdown
+from tests.live import spawned
 
 WORKLOAD = Path(__file__).parent / "loop_workload.py"
 WINDOW_S = 3.0
 
 
-@contextmanager
-def loop(*args: str) -> Iterator[dict[str, Any]]:
-    proc = subprocess.Popen(
-        [sys.executable, str(WORKLOAD), *args], stdout=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        if not line:
-            raise RuntimeError(f"loop workload {args} did not start (exit {proc.wait()})")
-        yield json.loads(line)
-    finally:
-        os.killpg(proc.pid, 9)
-        proc.wait()
+def loop(*args: str) -> AbstractContextManager[dict[str, Any]]:
+    return spawned(WORKLOAD, *args)
 
 
 @contextmanager
