@@ -70,11 +70,15 @@ def hogs(n: int) -> Iterator[list[int]]:
 
 def autogroup_nice(pid: int, nice: int | None = None) -> int | None:
     """The nice value of ``pid``'s autogroup (its session's share of the CPU when the
-    kernel groups by session), set to ``nice`` when given; None without autogroups."""
+    kernel groups by session), set to ``nice`` when given; None without autogroups (no
+    file, or an empty one, as in some containers)."""
     path = f"/proc/{pid}/autogroup"
     try:
         with open(path) as f:
-            old = int(f.read().split()[-1])
+            fields = f.read().split()
+        if not fields:
+            return None
+        old = int(fields[-1])
         if nice is not None:
             with open(path, "w") as f:
                 f.write(str(nice))
