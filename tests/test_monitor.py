@@ -9,7 +9,7 @@ import pytest
 
 from affmon.core.advice import propose_pin
 from affmon.core.findings import Severity
-from affmon.core.samples import PcieLink
+from affmon.core.samples import PcieLink, Sample
 from affmon.tui.model.monitor import Monitor
 from affmon.tui.model.views import thread_rows
 from tests.recordings import last_view, load, monitor, views
@@ -46,6 +46,22 @@ def test_the_hogs_job_row_carries_its_findings_and_workers_inherit_them():
     hog = v.process(601)
     assert hog is not None and hog.findings == () and hog.role == "process"
     assert hog.cpu_percent is not None and hog.cpu_percent > 90
+
+
+def test_a_watched_python_process_that_is_not_training_is_no_rank():
+    _, samples = load("hogs")
+
+    def untrained(s: Sample) -> Sample:
+        ps = tuple(dataclasses.replace(p, training=False, gpu_indices=()) if p.pid == 608 else p for p in s.processes)
+        return dataclasses.replace(s, processes=ps, gpus=tuple(dataclasses.replace(g, processes=()) for g in s.gpus))
+
+    m = monitor("hogs")
+    got = [m.feed(untrained(s)) for s in samples]
+    v = [x for x in got if x is not None][-1]
+    root = v.process(608)
+    assert root is not None and root.role == "process" and root.gpus == ()
+    assert root.findings  # still judged by the CPU rules
+    assert not {m.code for m in root.findings} & {"GPU_STARVED"}
 
 
 def test_a_clean_job_has_no_findings_and_no_contended_cpu():

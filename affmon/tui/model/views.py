@@ -241,9 +241,14 @@ def _roles(snapshot: Snapshot, jobs: Sequence[Job]) -> tuple[dict[int, str], dic
     job_of: dict[int, int] = {}
     for job in jobs:
         for m in job.members:
-            role[m.sample.pid] = "rank" if m is job.root else "worker"
+            if m is not job.root:
+                role[m.sample.pid] = "worker"
+            else:  # a watched process that is not training (a monitor, a script) is no rank
+                role[m.sample.pid] = "rank" if job.training else "process"
             job_of[m.sample.pid] = job.pid
     for job in jobs:  # a watched parent of ranks (torchrun) is their launcher
+        if not job.training:
+            continue
         ppid = job.root.sample.ppid
         if ppid is not None and ppid not in role:
             parent = snapshot.process(ppid)
