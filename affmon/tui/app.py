@@ -39,7 +39,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
 from affmon.core.errors import AffmonError
@@ -174,12 +174,12 @@ class AffmonApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
-        yield Static(id="banner")
+        yield QuietStatic(id="banner")
         with Horizontal(id="gpu-row"):
             yield GpuPanel(id="gpus")
             yield GpuPlot(id="gpu-plot")
         with Horizontal(id="main"):
-            yield Static(id="empty")
+            yield QuietStatic(id="empty")
             yield ProcessTable(id="processes")
             with VerticalScroll(id="cores-pane"):  # arrows scroll it once Tab gives it focus
                 yield CoreMap(id="cores")
@@ -332,13 +332,13 @@ class AffmonApp(App[None]):
         return empty_message(view, self.options, self.watched_pid)
 
     def _show_empty(self, view: View, has_rows: bool) -> None:
-        empty = self.query_one("#empty", Static)
+        empty = self.query_one("#empty", QuietStatic)
         table = self.query_one(ProcessTable)
         if has_rows:
             if empty.display:
                 empty.display, table.display = False, True
             return
-        empty.update(Text(term_safe(self.empty_message(view)), style=self.pal.warning))
+        empty.put(Text(term_safe(self.empty_message(view)), style=self.pal.warning))
         if not empty.display:
             empty.display, table.display = True, False
 
@@ -346,7 +346,7 @@ class AffmonApp(App[None]):
         rank = view.jobs[0] if view.jobs else None
         row = view.process(rank) if rank is not None else None
         self.demo_state = next_state(self.demo_state, rank, row.mask if row else None, view.header.finished)
-        self.query_one("#banner", Static).update(Text(demo_banner(self.demo_state)))
+        self.query_one("#banner", QuietStatic).put(Text(demo_banner(self.demo_state)))
 
     def _size_panes(self, table_rows: int) -> None:
         """The process pane as tall as its content, the detail pane the rest (``pane_heights``)."""

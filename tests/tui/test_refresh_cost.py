@@ -123,6 +123,38 @@ def test_one_changed_cell_renders_one_cell(monkeypatch):
     run(go())
 
 
+def test_a_changed_row_paints_its_own_line_only(monkeypatch):
+    """The table's other lines, down to the blank ones below its last row, are not drawn
+    again when one figure changes."""
+    painted: list[int] = []
+    original = DataTable.render_line
+
+    def counting(self, y):
+        painted.append(y)
+        return original(self, y)
+
+    monkeypatch.setattr(DataTable, "render_line", counting)
+
+    class Tall(_Threads):
+        CSS = "#t { height: 1fr; }"  # a pane taller than its rows, as in the monitor
+
+    async def go():
+        app = Tall()
+        async with app.run_test(size=(80, 30)) as pilot:
+            t = app.query_one(ThreadTable)
+            p = palette(app)
+            t.show([_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)], p)
+            await pilot.pause()
+            assert len(painted) >= 20  # drawn once: the header, three rows, the blank lines below
+            painted.clear()
+            t.show([_thread(10, 90.0), _thread(11, 6.0), _thread(12, 1.0)], p)
+            await pilot.pause()
+            assert painted == [2]  # the second row, under the header
+            assert "6.0" in "".join(seg.text for seg in t.render_line(2))
+
+    run(go())
+
+
 def test_a_cell_whose_colour_alone_changes_is_redrawn():
     """``Text.__eq__`` ignores the style: a wait that turns bad while its figure stays the
     same ("30%") must still turn red."""
@@ -319,5 +351,41 @@ def test_no_re_pin_plan_from_the_first_look():
             app.view = dataclasses.replace(app.view, measured=True)
             await pilot.press("r")
             assert isinstance(app.screen, PinScreen)
+
+    run(go())
+
+
+def test_ticks_that_change_no_line_count_lay_out_nothing(monkeypatch):
+    """A tick that only changes figures (the clock, CPU bars) repaints; it does not lay out
+    the screen again (a layout re-measures every widget: with nothing to show, it was most
+    of an idle monitor's CPU). Here the table is empty (a filter matches nothing) and its
+    message stays the same from tick to tick."""
+    from textual.screen import Screen
+
+    from tests.tui.helpers import list_app, step
+
+    layouts: list[int] = []
+    original = Screen._refresh_layout
+
+    def counting(self, *args, **kwargs):
+        layouts.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Screen, "_refresh_layout", counting)
+
+    async def go():
+        app = list_app("hogs")
+        async with app.run_test(size=(140, 40)) as pilot:
+            await step(app, pilot)  # two samples: the first view
+            await pilot.press("slash", "z", "q", "x", "enter")
+            await step(app, pilot)
+            await pilot.pause()
+            assert app.query_one("#empty").display
+            layouts.clear()
+            ticks = app.monitor.samples_seen
+            await step(app, pilot, 2)
+            await pilot.pause()
+            assert app.monitor.samples_seen == ticks + 2  # the ticks happened
+            assert layouts == []
 
     run(go())

@@ -12,6 +12,12 @@ changed cell is a new object and is rendered once.
 Rows are keyed by position ("r0", "r1", ...): a re-sort rewrites the cells that moved
 instead of clearing the table and adding every row again (which re-laid out the screen);
 rows are added or removed only at the end, when the count changes.
+
+And only the rows that changed are painted again: ``update_cell`` repaints the whole
+widget, every line of it down to the blank ones below the last row (a thread table in a
+30-line pane drew 30 lines a tick to change one figure). ``put_rows`` writes the cells
+itself and marks dirty only the lines of the rows it changed; Textual keeps the other
+lines as they were drawn.
 """
 
 from __future__ import annotations
@@ -23,11 +29,13 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.widgets import DataTable
+from textual.widgets.data_table import RowKey
 
 from affmon.tui.widgets.sametext import same_cells, same_text
 
 Cells = tuple[Text, ...]
 RENDER_CACHE_CELLS = 8192  # a 160x48 screen shows about 600 cells; the rest are cursor and hover variants
+ROW_REPAINTS = 16  # more rows changed than this (a re-sort): one repaint of the whole table
 
 
 class CellTable(DataTable[Text]):
@@ -41,6 +49,7 @@ class CellTable(DataTable[Text]):
         """Show ``rows`` top to bottom, touching only the cells that differ from what is shown."""
         keys = [column.key for column in self.ordered_columns]
         shown = self._shown
+        changed: list[int] = []
         for i, cells in enumerate(rows):
             if i >= len(shown):
                 self.add_row(*cells, key=f"r{i}")
@@ -49,14 +58,23 @@ class CellTable(DataTable[Text]):
             old = shown[i]
             if same_cells(cells, old):
                 continue
+            data = self._data[RowKey(f"r{i}")]
             kept = []
             for column_key, new, prev in zip(keys, cells, old, strict=True):
                 if same_text(new, prev):
                     kept.append(prev)
                 else:
-                    self.update_cell(f"r{i}", column_key, new)
+                    data[column_key] = new  # what update_cell does, without its repaint of every line
                     kept.append(new)
             shown[i] = tuple(kept)
+            changed.append(i)
+        if changed:
+            self._update_count += 1  # Textual's line caches are keyed on it
+            if len(changed) > ROW_REPAINTS:
+                self.refresh()
+            else:
+                for i in changed:
+                    self.refresh_row(i)
         while len(shown) > len(rows):
             shown.pop()
             self.remove_row(f"r{len(shown)}")
