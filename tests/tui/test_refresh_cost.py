@@ -188,7 +188,73 @@ def test_a_static_whose_colour_alone_changes_is_redrawn():
             await pilot.pause()
             s.put(Text("CONTENDED", style="red"))
             await pilot.pause()
-            assert isinstance(s.content, Text) and s.content.style == "red"
+            assert s.render().style == "red"
+            assert {
+                seg.style.color.name for seg in s.render_line(0) if seg.text.strip() and seg.style and seg.style.color
+            } == {"red"}
+
+    run(go())
+
+
+def test_a_static_repaints_only_its_lines_that_changed(monkeypatch):
+    """One bar of a four-line text moved: that line is drawn again, the others are not; a
+    text with another number of lines is laid out again, and shown whole."""
+    painted: list[int] = []
+    original = QuietStatic.render_line
+
+    def counting(self, y):
+        painted.append(y)
+        return original(self, y)
+
+    monkeypatch.setattr(QuietStatic, "render_line", counting)
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield QuietStatic(id="s")
+
+    def shown(s: QuietStatic) -> list[str]:
+        return ["".join(seg.text for seg in s.render_line(y)).rstrip() for y in range(s.size.height)]
+
+    async def go():
+        app = One()
+        async with app.run_test(size=(40, 10)) as pilot:
+            s = app.query_one(QuietStatic)
+            s.put(Text("node 0\n 0█  1·\n\nlegend"))
+            await pilot.pause()
+            assert set(painted) == {0, 1, 2, 3}
+            painted.clear()
+            s.put(Text("node 0\n 0·  1█\n\nlegend"))
+            await pilot.pause()
+            assert painted == [1]
+            assert shown(s) == ["node 0", " 0·  1█", "", "legend"]
+            s.put(Text("node 0\n 0·  1█\n\nlegend\nmore"))
+            await pilot.pause()
+            assert shown(s) == ["node 0", " 0·  1█", "", "legend", "more"]
+
+    run(go())
+
+
+def test_a_static_follows_a_new_theme():
+    class One(App[None]):
+        CSS = "QuietStatic { background: $panel; }"
+
+        def compose(self) -> ComposeResult:
+            yield QuietStatic(id="s")
+
+    async def go():
+        app = One()
+        async with app.run_test(size=(40, 5)) as pilot:
+            s = app.query_one(QuietStatic)
+            s.put(Text("same text"))
+            await pilot.pause()
+            before = s.render_line(0)
+            app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
+            await pilot.pause()
+            after = s.render_line(0)
+            assert before.text == after.text
+            assert [seg.style for seg in before] != [seg.style for seg in after]
+            first = next(iter(after))
+            assert first.style is not None and first.style.bgcolor == s.rich_style.bgcolor
 
     run(go())
 
