@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
-from affmon.actions import Journal, expected_masks, pin, undo
+from affmon.actions import Journal, expected_masks
 from affmon.actions.journal import JournalEntry
+from affmon.actions.pin import pin
+from affmon.actions.undo import undo
 from affmon.collect.identity import uptime_ticks
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.sysfs_topology import read_topology

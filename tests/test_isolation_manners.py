@@ -20,8 +20,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from affmon.actions import Journal, OsAffinity, pin, undo
-from affmon.actions.pin import PinResult
+from affmon.actions import Journal, OsAffinity
+from affmon.actions.pin import PinResult, pin
+from affmon.actions.undo import undo
 from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.isolation import Candidate, left_alone
 from tests.live import workload

@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from affmon.actions import Journal, JournalEntry, JournalError, ThreadRecord, pin, undo
+from affmon.actions import Journal, JournalEntry, JournalError, ThreadRecord
 from affmon.actions.describe import result_text
 from affmon.actions.journal import KEEP_FINISHED, PinnedMasks, new_entry_id
+from affmon.actions.pin import pin
+from affmon.actions.undo import undo
 from affmon.collect.procfs import ProcFs
 from affmon.core.cpuset import CpuSet
 from tests.live import usable_cpus, workload
@@ -323,7 +325,8 @@ def test_pin_of_a_pid_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
 
 PINNER = """
 import sys, time
-from affmon.actions import Journal, pin
+from affmon.actions import Journal
+from affmon.actions.pin import pin
 journal = Journal(sys.argv[1])
 result = pin(int(sys.argv[2]), {int(sys.argv[3])}, journal=journal)
 print(result.ok, result.warning or "")

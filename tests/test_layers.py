@@ -103,3 +103,11 @@ def test_the_contract_can_fail() -> None:
     assert allowed("affmon.commands.tui", "affmon.tui.app")
     assert allowed("affmon.tui.pinner", "affmon.actions.pin")
     assert sum(1 for p in MODULES if imports(p)) > 50  # the parser sees the imports there are
+
+
+def test_the_actions_package_names_what_it_loads_lazily():
+    import affmon.actions as actions
+
+    assert sorted(actions.__all__) == sorted(actions._HOME)
+    for name in actions.__all__:
+        assert getattr(actions, name) is not None

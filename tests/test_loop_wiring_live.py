@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from affmon.core import tick
 from affmon.core.loop import CPU_WAIT, DATA_WAIT, SHARES
 from affmon.core.recording import read_recording
 from affmon.sources.stream import LiveSource
+from tests.live import workload
 from tests.test_loop_live import loop
 
 REPO = Path(__file__).resolve().parent.parent
@@ -163,3 +165,37 @@ def test_without_ptrace_permission_the_loop_says_unavailable_and_why() -> None:
     got = loop_of(json.loads(out.stdout), info["pid"])
     assert got["available"] is False and "not readable" in got["unavailable"]
     assert got["blocked_split"] is False and got[DATA_WAIT] == 0
+
+
+def test_a_sample_read_ahead_is_the_next_one_and_counts_from_when_its_reading_began() -> None:
+    with workload("--sleepers", "2") as info:
+        source = LiveSource((info["pid"],), interval_s=0.5, loops=False)
+        try:
+            before = time.monotonic()
+            source.read_ahead()
+            source.read_ahead()  # once: a second call waits on the same read
+            began = source.read_started_s
+            time.sleep(0.3)
+            first = source.next_sample()  # the read-ahead: no new read began
+            assert before <= began <= before + 0.3 and source.read_started_s == began
+            assert first.monotonic_s < time.monotonic() - 0.2  # read before the sleep ended, not now
+            assert any(p.pid == info["pid"] for p in first.processes)
+            second = source.next_sample()  # read now
+            assert source.read_started_s > began + 0.3 and second.monotonic_s > first.monotonic_s + 0.3
+        finally:
+            source.close()
+
+
+def test_a_read_ahead_that_fails_raises_on_next_sample() -> None:
+    source = LiveSource((), loops=False)
+    try:
+
+        def broken() -> None:
+            raise OSError("proc went away")
+
+        source._sources.sample = broken  # type: ignore[method-assign]
+        source.read_ahead()
+        with pytest.raises(OSError, match="proc went away"):
+            source.next_sample()
+    finally:
+        source.close()

@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from affmon.actions import DryRunAffinity, Journal, OsAffinity, expected_masks, pin, undo
+from affmon.actions import DryRunAffinity, Journal, OsAffinity, expected_masks
+from affmon.actions.pin import pin
+from affmon.actions.undo import undo
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs
 from affmon.core.cpuset import CpuSet, parse_cpulist
 from tests.live import Driven, driven, usable_cpus, workload
@@ -296,7 +298,7 @@ def test_a_pin_that_cannot_write_its_journal_changes_nothing(tmp_path: Path) -> 
 def test_another_users_process_is_refused_and_left_alone() -> None:
     code = (
         "import json, sys\n"
-        "from affmon.actions import pin\n"
+        "from affmon.actions.pin import pin\n"
         "r = pin(int(sys.argv[1]), {int(sys.argv[2])})\n"
         "print(json.dumps([r.ok, r.error, r.rolled_back, len(r.threads)]))\n"
     )
@@ -384,7 +386,8 @@ def test_the_journal_entry_is_on_disk_before_the_first_change(tmp_path: Path) ->
 
 CRASHING_PIN = """
 import os, sys
-from affmon.actions import Journal, OsAffinity, pin
+from affmon.actions import Journal, OsAffinity
+from affmon.actions.pin import pin
 
 class Crash(OsAffinity):
     sets = 0

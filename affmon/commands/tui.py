@@ -57,6 +57,8 @@ def cmd_tui(args: argparse.Namespace) -> int:
             "for text use `affmon snapshot` or `affmon diagnose`\n"
         )
         return EXIT_USAGE
+    if isinstance(source, LiveSource):
+        source.read_ahead()  # the first sample, while Textual loads (a few hundred ms)
     from affmon.tui.app import AffmonApp
 
     focus = args.tui_pid[0] if args.tui_pid else None

@@ -13,9 +13,12 @@ import contextlib
 import gzip
 import io
 import os
+import threading
+import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -91,8 +94,32 @@ class LiveSource:
             self._sources.host, self._sources.nvml_status, interval_s, "live", notice=self._sources.notice
         )
         self._pinned = expected_masks
+        self._ahead: Future[Sample] | None = None
+        self.read_started_s = 0.0  # time.monotonic() when the newest sample's reading started
+
+    def read_ahead(self) -> None:
+        """Start reading the next sample now, on a thread of its own; ``next_sample``
+        returns it. The monitor starts its first read so, before it loads Textual, so that
+        the first view does not wait for a read that only began once the screen was up."""
+        if self._ahead is not None:
+            return
+        ahead: Future[Sample] = Future()
+        self._ahead = ahead
+        self.read_started_s = time.monotonic()
+
+        def read() -> None:
+            try:
+                ahead.set_result(self._sources.sample())
+            except BaseException as exc:  # raised again by next_sample, as if it had read it itself
+                ahead.set_exception(exc)
+
+        threading.Thread(target=read, name="affmon-read-ahead", daemon=True).start()
 
     def next_sample(self) -> Sample:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            return ahead.result()
+        self.read_started_s = time.monotonic()
         return self._sources.sample()
 
     @property

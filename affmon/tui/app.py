@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import ClassVar
 
 from rich.text import Text
@@ -47,7 +45,6 @@ from affmon.core.fmt import term_safe
 from affmon.core.samples import Sample
 from affmon.sources.stream import LiveSource, Source
 from affmon.tui.demo import DemoState, demo_banner, next_state
-from affmon.tui.help import HelpScreen
 from affmon.tui.layout import (
     DETAIL_FROM_ROWS,
     DETAIL_MIN_ROWS,
@@ -62,8 +59,6 @@ from affmon.tui.model.table import SORT_COLUMNS, TableOptions, next_sort, proces
 from affmon.tui.model.views import ProcessRow, View, thread_rows
 from affmon.tui.palette import Palette, palette
 from affmon.tui.pinner import Pinner
-from affmon.tui.screens import PinScreen, UndoScreen
-from affmon.tui.tune_screen import TuneScreen
 from affmon.tui.widgets.cores import CoreMap
 from affmon.tui.widgets.detail import DetailText, ProcessPlot, ThreadTable
 from affmon.tui.widgets.gpus import GpuPanel, GpuPlot
@@ -163,12 +158,10 @@ class AffmonApp(App[None]):
         self._note = ""
         self._palette: Palette | None = None
         self._panes_shown: tuple[object, ...] | None = None  # what the side panes were last built from
-        self._early: Future[Sample | None] | None = None
         if autostart and isinstance(source, LiveSource):
-            # The first sample is read while Textual starts (imports done, CSS, layout: a few
-            # hundred ms): the first tick takes it from here instead of reading it then.
-            self._early = Future()
-            threading.Thread(target=self._read_early, name="affmon-first-sample", daemon=True).start()
+            # The first sample is read while Textual starts (CSS, layout: a few hundred ms),
+            # if the caller has not started it already: the first tick takes it.
+            source.read_ahead()
 
     # -- layout ---------------------------------------------------------------------
 
@@ -228,23 +221,14 @@ class AffmonApp(App[None]):
         self._ticking = True
         return self._sample()
 
-    def _read_early(self) -> None:
-        assert self._early is not None
-        self._tick_started_s = time.monotonic()
-        try:
-            self._early.set_result(self.source.next_sample())
-        except BaseException as exc:  # the first tick raises it, as if it had read the sample itself
-            self._early.set_exception(exc)
-
     def _next_sample(self) -> Sample | None:
         """The next sample, noting when its reading started: the next tick is due one
-        interval after that (a first sample read early counts from when it was read, so the
-        first interval stays FIRST_INTERVAL_S however long Textual took to start)."""
-        early, self._early = self._early, None
-        if early is not None:
-            return early.result()
-        self._tick_started_s = time.monotonic()
-        return self.source.next_sample()
+        interval after that (a first sample read ahead counts from when its reading began,
+        so the first interval stays FIRST_INTERVAL_S however long Textual took to start)."""
+        started = time.monotonic()
+        sample = self.source.next_sample()
+        self._tick_started_s = self.source.read_started_s if isinstance(self.source, LiveSource) else started
+        return sample
 
     @work(thread=True, exclusive=True, group="sampler", exit_on_error=False)
     def _sample(self) -> None:
@@ -525,6 +509,8 @@ class AffmonApp(App[None]):
         self._show_status()
 
     def action_help(self) -> None:
+        from affmon.tui.help import HelpScreen  # the dialogs load when first opened
+
         self.push_screen(HelpScreen())
 
     def action_filter(self) -> None:
@@ -571,6 +557,8 @@ class AffmonApp(App[None]):
         if not proposal.suggestion.cpus:
             self.notify("affmon has no CPUs to suggest for it", severity="warning")
             return
+        from affmon.tui.screens import PinScreen
+
         self.push_screen(PinScreen(proposal, self.pinner, self.pal), self._after_action)
 
     def action_undo(self) -> None:
@@ -582,6 +570,8 @@ class AffmonApp(App[None]):
         if description is None:
             self.notify("nothing to undo: affmon has made no pin", severity="information")
             return
+        from affmon.tui.screens import UndoScreen
+
         self.push_screen(UndoScreen(description, self.pinner, self.pal), self._after_action)
 
     def action_tune(self) -> None:
@@ -591,6 +581,8 @@ class AffmonApp(App[None]):
         if view is None or row is None:
             self.notify("select a process first", severity="warning")
             return
+        from affmon.tui.tune_screen import TuneScreen
+
         self.push_screen(TuneScreen(view.snapshot, row.pid, self.pinner, self.pal), self._after_action)
 
     def _after_action(self, summary: str | None) -> None:

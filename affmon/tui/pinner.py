@@ -17,20 +17,21 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from affmon.actions.journal import Journal, JournalEntry, default_journal_path
-from affmon.actions.pin import MoveMemory, PinResult, pin
-from affmon.actions.tune import Row, Tuner, TuneResult
-from affmon.actions.undo import UndoResult, still_there, undo
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Selection
-from affmon.core.advice import PinProposal, propose_pin
 from affmon.core.cpuset import format_cpulist
 from affmon.core.errors import AffmonError
 from affmon.core.rates import Snapshot
 from affmon.core.topology import Topology
 from affmon.core.tuning import ScoreKind
 
+# The pin, undo and tune code and the planner load when a key asks for them, not before
+# the monitor's first frame.
 if TYPE_CHECKING:
-    from affmon.sources.live import LiveSources
+    from affmon.actions.pin import PinResult
+    from affmon.actions.tune import Row, TuneResult
+    from affmon.actions.undo import UndoResult
+    from affmon.core.advice import PinProposal
 
 TUNE_NEEDS_LIVE = "tune needs a live process: this is a replay, its processes are not on this machine"
 
@@ -88,26 +89,6 @@ class Pinner(Protocol):
         ...
 
 
-class LiveTuner(Tuner):
-    """A ``Tuner`` over live sources of its own, closed with it."""
-
-    def __init__(
-        self, sources: LiveSources, pid: int, *, start_ticks: int, journal: Journal, on_change: Callable[[Row], None]
-    ) -> None:
-        super().__init__(
-            pid,
-            start_ticks=start_ticks,
-            sampler=sources.sampler,
-            topology=sources.topology,
-            journal=journal,
-            on_change=on_change,
-        )
-        self.sources = sources
-
-    def close(self) -> None:
-        self.sources.close()
-
-
 class SystemPinner:
     """Pins for real, journaled in ``journal`` (default: ``$XDG_STATE_HOME/affmon``)."""
 
@@ -121,6 +102,8 @@ class SystemPinner:
         return self.journal if self.journal is not None else Journal(default_journal_path())
 
     def propose(self, snapshot: Snapshot, pid: int, window: Sequence[Snapshot] = ()) -> PinProposal | None:
+        from affmon.core.advice import propose_pin
+
         self._topology = snapshot.topology
         try:
             in_force = [e for e in self._journal().entries() if e.state == "applied"]
@@ -137,6 +120,8 @@ class SystemPinner:
     def apply(
         self, proposal: PinProposal, *, isolate: bool, with_children: bool, move_memory: bool = False
     ) -> PinResult:
+        from affmon.actions.pin import MoveMemory, pin
+
         request = None
         if move_memory:
             from affmon.sources.live import load_topology  # reads sysfs: only when asked
@@ -157,6 +142,8 @@ class SystemPinner:
         """The newest pin still in force: some thread it recorded still runs (a pin whose
         processes have all exited has nothing to undo). Raises ``AffmonError`` when the
         journal cannot be read or is not trusted."""
+        from affmon.actions.undo import still_there
+
         journal = self._journal()
         if not journal.path.exists():
             return None
@@ -177,6 +164,8 @@ class SystemPinner:
         return f"PID {entry.pid} pinned to CPUs {format_cpulist(entry.cpus)} ({len(entry.threads)} threads journaled)"
 
     def undo_last(self) -> UndoResult:
+        from affmon.actions.undo import UndoResult, undo
+
         try:
             entry = self._newest()
         except AffmonError as exc:
@@ -190,6 +179,7 @@ class SystemPinner:
         by its manners), journaled in this pinner's journal. Opens NVML: call it from a
         worker thread."""
         from affmon.sources.live import open_live_sources  # NVML: only when asked
+        from affmon.tui.live_tuner import LiveTuner
 
         sources = open_live_sources(Selection(pids=(pid,), others=True))
         try:
@@ -206,17 +196,23 @@ class ReplayPinner:
     replay = True
 
     def propose(self, snapshot: Snapshot, pid: int, window: Sequence[Snapshot] = ()) -> PinProposal | None:
+        from affmon.core.advice import propose_pin
+
         return propose_pin(snapshot, pid, window=window)
 
     def apply(
         self, proposal: PinProposal, *, isolate: bool, with_children: bool, move_memory: bool = False
     ) -> PinResult:
+        from affmon.actions.pin import PinResult
+
         return PinResult(False, proposal.suggestion.cpus, (), self.REFUSAL, False, None)
 
     def last_pin(self) -> str | None:
         return None
 
     def undo_last(self) -> UndoResult:
+        from affmon.actions.undo import UndoResult
+
         return UndoResult(False, (), (), "this is a replay: nothing was pinned, nothing to undo")
 
     def tuner(self, pid: int, start_ticks: int, on_change: Callable[[Row], None]) -> TuneSession:
