@@ -36,13 +36,17 @@ third pane through the same window, for its CPU and RSS beside affmon's (glances
 PyPI; a throwaway venv does: ``python -m venv /tmp/glancesvenv && /tmp/glancesvenv/bin/pip
 install glances``, then ``--glances /tmp/glancesvenv/bin/glances``).
 
+``--floor`` runs ``bench/cost/textual_floor.py`` in another pane through the same window: a
+Textual app that only redraws a clock each second (and a footer), the least a Textual
+monitor at 1 Hz costs, for its CPU beside affmon's and htop's.
+
 ``--sleeping`` adds a second population: the same number of threads that never wake (the
 case measured before). Each population runs ``--repeat`` times (3), the populations taking
 turns, because the machine may be shared: the summary gives the median and range of the
 ratios. Needs tmux and htop (Debian: ``apt-get install tmux htop``).
 
     python -m bench.cost.tui_cost [--seconds 60] [--repeat 3] [--threads 2000] [--processes 10] [--sleeping]
-                             [--first-frames 5] [--glances /tmp/glancesvenv/bin/glances]
+                             [--first-frames 5] [--glances /tmp/glancesvenv/bin/glances] [--floor]
 """
 
 from __future__ import annotations
@@ -197,7 +201,10 @@ class Row:
     workload: str
     header: str
     first_frames: dict[str, list[float]]  # "affmon", "htop": seconds from launch to data, per launch
-    glances: Tool | None = None
+    others: tuple[tuple[str, Tool], ...] = ()  # ("glances -t 1", ...), ("textual floor", ...): CPU and RSS only
+
+    def other(self, prefix: str) -> Tool | None:
+        return next((tool for name, tool in self.others if name.startswith(prefix)), None)
 
 
 def first_frames(tmux: Tmux, commands: dict[str, str], launches: int) -> dict[str, list[float]]:
@@ -225,7 +232,12 @@ def first_frames(tmux: Tmux, commands: dict[str, str], launches: int) -> dict[st
     return found
 
 
-def measure(shape: Shape, run: int, seconds: float, warmup: float, launches: int, glances: str | None) -> Row:
+FLOOR_NAME = "textual floor"
+
+
+def measure(
+    shape: Shape, run: int, seconds: float, warmup: float, launches: int, glances: str | None, floor: bool = False
+) -> Row:
     tmux = Tmux()
     config = tempfile.mkdtemp(prefix="htop-config-")
     commands = {
@@ -238,6 +250,8 @@ def measure(shape: Shape, run: int, seconds: float, warmup: float, launches: int
             pids = {name: tmux.start(name, command) for name, command in commands.items()}
             if glances is not None:
                 pids["glances"] = tmux.start("glances", f"exec {glances} -t 1")
+            if floor:
+                pids["floor"] = tmux.start("floor", f"exec {sys.executable} -m bench.cost.textual_floor")
             time.sleep(warmup)
             before = {k: cpu_seconds(p) for k, p in pids.items()}
             rss_before = {k: rss_mib(p) for k, p in pids.items()}
@@ -260,11 +274,12 @@ def measure(shape: Shape, run: int, seconds: float, warmup: float, launches: int
         k: Tool((after[k] - before[k]) / elapsed, rss[k], *refreshes(screens[k], clocks[k]), rss_before[k])
         for k in screens
     }
-    other = None
-    if "glances" in pids:
-        share = (after["glances"] - before["glances"]) / elapsed
-        other = Tool(share, rss["glances"], 0, "-", rss_before["glances"])
-    return Row(shape, run, elapsed, tools["affmon"], tools["htop"], workload, header, frames, other)
+    others = tuple(
+        (name, Tool((after[key] - before[key]) / elapsed, rss[key], 0, "-", rss_before[key]))
+        for key, name in (("glances", "glances -t 1"), ("floor", FLOOR_NAME))
+        if key in pids
+    )
+    return Row(shape, run, elapsed, tools["affmon"], tools["htop"], workload, header, frames, others)
 
 
 def divide(a: float, b: float) -> float:
@@ -293,8 +308,7 @@ def table(rows: list[Row]) -> list[str]:
     ]
     for row in rows:
         tools = [("affmon --interval 1", row.affmon, "affmon"), ("htop -d 10", row.htop, "htop")]
-        if row.glances is not None:
-            tools.append(("glances -t 1", row.glances, ""))
+        tools += [(name, tool, "") for name, tool in row.others]
         for name, tool, key in tools:
             label = f"{row.shape.label()}, {row.run}" if tool is row.affmon else ""
             first = median(row.first_frames[key]) if key else float("nan")
@@ -309,10 +323,13 @@ def table(rows: list[Row]) -> list[str]:
             f"{'':<21} {'ratio affmon / htop':<22} {ratio:15.2f} {'':8} {'':6} {'':17} {per_refresh:15.2f} "
             f"{first_frame_ratio(row):12.2f}"
         )
-        if row.glances is not None:
+        glances, floor = row.other("glances"), row.other(FLOOR_NAME)
+        if glances is not None:
             lines.append(
-                f"{'':<21} {'RSS affmon / glances':<22} {'':15} {divide(row.affmon.rss_mib, row.glances.rss_mib):8.2f}"
+                f"{'':<21} {'RSS affmon / glances':<22} {'':15} {divide(row.affmon.rss_mib, glances.rss_mib):8.2f}"
             )
+        if floor is not None:
+            lines.append(f"{'':<21} {'ratio floor / htop':<22} {divide(floor.cpu_share, row.htop.cpu_share):15.2f}")
     return lines
 
 
@@ -347,6 +364,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs of each population, the populations alternating")
     ap.add_argument("--first-frames", type=int, default=5, help="launches a run timed to their first frame with data")
     ap.add_argument("--glances", metavar="PATH", help="a glances executable, run beside them for its CPU and RSS")
+    ap.add_argument("--floor", action="store_true", help="also run a Textual app that only redraws a clock (its CPU)")
     a = ap.parse_args()
     check_arguments(ap, a)
     if a.seconds <= 0 or a.warmup < 0 or a.repeat < 1 or a.first_frames < 0:
@@ -362,7 +380,7 @@ def main() -> None:
     try:
         for run in range(1, a.repeat + 1):
             for shape in shapes:
-                rows.append(measure(shape, run, a.seconds, a.warmup, a.first_frames, a.glances))
+                rows.append(measure(shape, run, a.seconds, a.warmup, a.first_frames, a.glances, a.floor))
     except (StartError, OSError, ValueError) as e:
         print(f"tui_cost: {e}", file=sys.stderr)
         sys.exit(2)

@@ -65,7 +65,11 @@ class QuietStatic(Static):
         should show all of it)."""
         if self._shown is None:
             return 0
-        return len(self._wrap(self._shown, width)) if width > 0 else len(self._shown.plain.split("\n"))
+        if width <= 0:
+            return len(self._shown.plain.split("\n"))
+        if width == self._lines_width:
+            return len(self._lines)  # what is on screen: wrapped already
+        return len(self._wrap(self._shown, width))
 
     # -- drawing ----------------------------------------------------------------------------
 
