@@ -88,6 +88,21 @@ def test_per_thread_masks_are_per_thread():
             assert masks[tid] == frozenset(os.sched_getaffinity(tid))
 
 
+def test_threads_with_the_same_mask_share_one_mask_and_each_keeps_its_own():
+    cpus = usable_cpus()
+    if len(cpus) < 2:
+        pytest.fail("this test needs two CPUs (CI has two)")
+    with workload("--cpus", f"{cpus[0]},{cpus[1]}", "--sleepers", "3", "--sleeper-cpus", str(cpus[1])) as w:
+        sampler = Sampler("/", Selection(pids=(w["pid"],)))
+        first = {t.tid: t.allowed_cpus for t in sampler.sample().processes[0].threads}
+        second = {t.tid: t.allowed_cpus for t in sampler.sample().processes[0].threads}
+        sleepers = [first[tid] for tid in w["sleepers"]] + [second[tid] for tid in w["sleepers"]]
+        assert all(m == frozenset({cpus[1]}) for m in sleepers)
+        assert len({id(m) for m in sleepers}) == 1  # one object, not one a thread a sample
+        assert first[w["pid"]] == second[w["pid"]] == frozenset(cpus[:2])
+        assert first[w["pid"]] is second[w["pid"]]
+
+
 def test_pid_selection_takes_descendants_and_nothing_else():
     with workload("--child", "--sleepers", "1") as w, workload("--sleepers", "1") as other:
         pids = {p.pid for p in Sampler("/", Selection(pids=(w["pid"],))).sample().processes}

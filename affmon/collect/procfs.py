@@ -191,6 +191,9 @@ def cmdline_argv(data: bytes) -> list[str]:
     return [a.decode("utf-8", "replace") for a in data.rstrip(b"\0").split(b"\0")] if data else []
 
 
+MASKS_KEPT = 4096  # distinct affinity masks kept to share (ProcFs._interned)
+
+
 class ProcFs:
     """Reader of ``/proc`` under ``root``. ``live`` (root ``/``) allows system calls on
     the real tasks (``sched_getaffinity``) and opens paths as they are; a recorded tree
@@ -199,6 +202,18 @@ class ProcFs:
     def __init__(self, root: str = "/") -> None:
         self.root = root
         self.live = is_live(root)
+        self._masks: dict[CpuSet, CpuSet] = {}
+
+    def _interned(self, mask: CpuSet) -> CpuSet:
+        """One object for each distinct mask: threads mostly share a few masks, and a
+        frozenset of 192 CPUs takes 8 KiB (10,000 threads' own copies: 80 MiB)."""
+        kept = self._masks.get(mask)
+        if kept is not None:
+            return kept
+        if len(self._masks) >= MASKS_KEPT:
+            self._masks.clear()  # a backstop: as many distinct masks as this is not a normal machine
+        self._masks[mask] = mask
+        return mask
 
     def pids(self) -> list[int]:
         return [int(n) for n in self._names("/proc") if n.isdigit()]
@@ -246,8 +261,8 @@ class ProcFs:
         """The thread's mask: one system call on a live system, ``status`` in a tree."""
         if self.live:
             try:
-                return frozenset(os.sched_getaffinity(tid))
+                return self._interned(frozenset(os.sched_getaffinity(tid)))
             except OSError:
                 return None
         status = self.status(pid, tid)
-        return None if status is None else status.cpus_allowed
+        return None if status is None or status.cpus_allowed is None else self._interned(status.cpus_allowed)
