@@ -43,6 +43,17 @@ COMMANDS = {
 RAW_OUTPUT = frozenset({"tui", "record", "export"})
 
 
+def monitor_pid(text: str) -> int:
+    """The monitor's ``--pid`` takes every PID after it, so ``affmon --pid 5 snapshot``
+    reads ``snapshot`` as a PID: say where the option goes."""
+    if text in COMMANDS and text != "tui":
+        raise argparse.ArgumentTypeError(
+            f"not a process id: {text!r} (--pid before a command is the monitor's; "
+            f"put it after the command: affmon {text} --pid PID)"
+        )
+    return pid(text)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """argparse prints usage plus the error; we print one line, like every other error."""
@@ -62,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--pid",
         dest="tui_pid",
-        type=pid,
+        type=monitor_pid,
         nargs="+",
         action="extend",
         default=[],

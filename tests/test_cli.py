@@ -97,6 +97,7 @@ def test_snapshot_text_on_a_recorded_tree_has_no_processes(tmp_path_factory):
     [
         (["snapshot", "--pid", "999999999"], "no such process: 999999999"),
         (["snapshot", "--pid", "abc"], "not a process id"),
+        (["--pid", "5", "snapshot"], "put it after the command: affmon snapshot --pid PID"),
         (["snapshot", "--interval", "0"], "--interval"),
         (["topology", "--root", "/nonexistent/tree"], "not a directory"),
         (["topology", "--root", "/etc"], "not a Linux sysfs tree"),
