@@ -155,6 +155,29 @@ def test_a_changed_row_paints_its_own_line_only(monkeypatch):
     run(go())
 
 
+def test_the_tables_caches_stay_bounded_as_figures_change():
+    """Every tick's changed figures are new renders; what the table keeps of them stays
+    within what a screen of rows needs, however long the monitor runs (Textual's own
+    caches kept up to 10,000 cells and 1,000 rows and lines a table: 10-15 MiB)."""
+    from affmon.tui.widgets import celltable
+
+    async def go():
+        app = _Threads()
+        async with app.run_test(size=(120, 30)) as pilot:
+            t = app.query_one(ThreadTable)
+            p = palette(app)
+            for tick in range(400):
+                t.show([_thread(10 + i, float((tick * 7 + i) % 1000) / 10) for i in range(8)], p)
+                await pilot.pause()
+            assert len(t._cell_render_cache) <= celltable.TEXTUAL_CELLS_KEPT
+            assert len(t._row_render_cache) <= celltable.TEXTUAL_ROWS_KEPT
+            assert len(t._line_cache) <= celltable.TEXTUAL_LINES_KEPT
+            assert len(t._renders) <= celltable.RENDER_CACHE_CELLS
+            assert t.cell_renders >= 400  # the figures did change: each tick rendered new cells
+
+    run(go())
+
+
 def test_a_cell_whose_colour_alone_changes_is_redrawn():
     """``Text.__eq__`` ignores the style: a wait that turns bad while its figure stays the
     same ("30%") must still turn red."""

@@ -28,19 +28,31 @@ from typing import Any
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.cache import LRUCache
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
 
 from affmon.tui.widgets.sametext import same_cells, same_text
 
 Cells = tuple[Text, ...]
-RENDER_CACHE_CELLS = 8192  # a 160x48 screen shows about 600 cells; the rest are cursor and hover variants
+RENDER_CACHE_CELLS = 4096  # a 160x48 screen shows about 600 cells; the rest are cursor and hover variants
+# Textual's own caches, keyed on its update counter: each tick's renders are new entries
+# until the cache is full (10,000 cells, 1,000 rows and lines: 10-15 MiB a table, reached
+# after minutes to half an hour: the monitor's memory grew all that time). Cells are
+# cached here; Textual's keep what one screen of rows and lines needs.
+TEXTUAL_CELLS_KEPT = 512
+TEXTUAL_ROWS_KEPT = 256
+TEXTUAL_LINES_KEPT = 256
 ROW_REPAINTS = 16  # more rows changed than this (a re-sort): one repaint of the whole table
 
 
 class CellTable(DataTable[Text]):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._cell_render_cache = LRUCache(TEXTUAL_CELLS_KEPT)
+        self._row_render_cache = LRUCache(TEXTUAL_ROWS_KEPT)
+        self._row_renderable_cache = LRUCache(TEXTUAL_ROWS_KEPT)
+        self._line_cache = LRUCache(TEXTUAL_LINES_KEPT)
         self._shown: list[Cells] = []
         self._renders: dict[tuple[object, ...], tuple[Text, list[list[Segment]]]] = {}
         self.cell_renders = 0  # cells rendered through Rich (a figure for tests and benchmarks)
