@@ -54,10 +54,11 @@ class QuietStatic(Static):
         if len(lines) != len(self._lines):
             self._relayout()
             return
-        for y, (new, old) in enumerate(zip(lines, self._lines, strict=True)):
-            if not same_text(new, old):
-                self._strips.pop(y, None)
-                self.refresh(Region(0, y, width, 1))
+        changed = [y for y, (new, old) in enumerate(zip(lines, self._lines, strict=True)) if not same_text(new, old)]
+        for y in changed:
+            self._strips.pop(y, None)
+        if changed:  # one refresh for all of them (each call also drops the widget's cached sizes)
+            self.refresh(*(Region(0, y, width, 1) for y in changed))
         self._lines = lines
 
     def wrapped_lines(self, width: int) -> int:
