@@ -4,6 +4,7 @@ deep-learning runtime are watched but are not training; affmon processes are nev
 watched. All against real processes."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -200,6 +201,53 @@ def test_the_unknown_rates_of_threads_still_carried_are_reused_from_the_snapshot
     assert all(t.cpu_percent is None for t in p2.threads)
     assert p2.cpu_percent == pytest.approx(2.0)  # 20 ms of the process's own counter in 1 s
     assert make_snapshot(s1, s2, TOPOLOGY).processes[0].threads == p1.threads  # the same values either way
+
+
+def test_a_process_handed_out_again_unmoved_keeps_its_rates_object_and_one_that_moved_gets_new_ones():
+    from dataclasses import replace
+
+    from affmon.core.samples import ProcessSample, Sample, ThreadSample
+
+    threads = (ThreadSample(10, 1, "w", "S", 0, 0, 10, 0, 1, 0, 0, 0, frozenset({0})),)
+    moving = ProcessSample(10, 1, 1, "waker", 0, "root", "waker", None, None, threads, cpu_ns=0, threads_read=False)
+    still = replace(moving, cpu_ns=50_000_000)
+
+    def at(t: float, p: ProcessSample) -> Sample:
+        return Sample(t, t, 0.0, (p,), ())
+
+    s0, s1, s2, s3 = at(0.0, moving), at(1.0, still), at(2.0, still), at(3.0, still)
+    first = make_snapshot(s0, s1, TOPOLOGY)
+    second = make_snapshot(s1, s2, TOPOLOGY, before=first)
+    third = make_snapshot(s2, s3, TOPOLOGY, before=second)
+    (p1,), (p2,), (p3,) = first.processes, second.processes, third.processes
+    assert p1.cpu_percent == pytest.approx(5.0)  # it moved over the first interval: built
+    assert p2 is not p1 and p2.cpu_percent == 0.0  # the same sample again, but 5% before it: built again
+    assert p3 is p2  # unmoved over both intervals: the same rates object
+    assert make_snapshot(s2, s3, TOPOLOGY).processes[0] == p3  # the same values when built
+
+
+def test_an_unchanged_stat_line_hands_out_the_same_process_sample_and_a_changed_one_a_new_one():
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        sampler = Sampler("/", Selection(others=True))
+        samples = []
+        for _ in range(3):
+            samples.append(sampler.sample())
+            time.sleep(0.2)
+        first, second, third = (process(s, other.pid) for s in samples)
+        assert first.threads_read and not second.threads_read  # read when first seen, then carried
+        assert third is second  # its stat line did not change: the same object
+        os.kill(other.pid, signal.SIGSTOP)
+        for _ in range(50):  # stopped: the state in its stat line changes
+            if Path(f"/proc/{other.pid}/stat").read_text().split(") ")[1][0] == "T":
+                break
+            time.sleep(0.02)
+        fourth = process(sampler.sample(), other.pid)
+        assert fourth is not third and not fourth.threads_read
+        assert (fourth.pid, fourth.start_ticks, fourth.name) == (third.pid, third.start_ticks, third.name)
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_a_watched_thread_that_ran_briefly_has_no_sched_read_and_a_busy_one_has():

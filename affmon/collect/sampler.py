@@ -4,7 +4,10 @@
 (command lines, user names, the last ``sched`` counters) keyed by PID/TID *and* start
 time, so a reused PID never inherits another process's data.
 
-Cost, cheapest first: a process whose CPU time did not move by a clock tick since the
+Cost, cheapest first: every process's ``stat`` is read each tick, but a line that reads
+as it did at the last tick (most processes, most ticks) is not parsed again, and a carried
+process (below) whose line did not change is handed out as the same ``ProcessSample``
+object, which the rates reuse in turn. A process whose CPU time did not move by a clock tick since the
 last sample has only its threads' masks read (``sched_getaffinity``, one system call each),
 and a full read at least every ``QUIET_REREAD_EVERY`` samples. A thread of a process that
 is not watched (sampled only as evidence of what else runs on the watched processes'
@@ -61,6 +64,7 @@ from affmon.collect.procfs import (
     cmdline_argv,
     parse_cmdline,
     parse_schedstat,
+    parse_stat,
 )
 from affmon.collect.selection import (
     LAUNCHERS,
@@ -136,6 +140,10 @@ class _ProcessMemo:
     # The thread samples as last handed out: a carried process hands out the same tuple
     # again, so the next snapshot can tell its threads are unchanged by identity.
     samples: tuple[ThreadSample, ...] = ()
+    # A carried process's sample as last handed out, and the stat it was made from: while
+    # the stat is the same object (its line unchanged), the sample is handed out again.
+    carried_sample: ProcessSample | None = None
+    carried_stat: StatFields | None = None
 
 
 GpuSource = Callable[[], tuple[GpuSample, ...]]
@@ -157,6 +165,7 @@ class Sampler:
         self.clock = clock
         self._self_pid = os.getpid() if self.proc.live else -1
         self._memo: dict[int, _ProcessMemo] = {}
+        self._stat_lines: dict[int, tuple[bytes, StatFields]] = {}  # each process's stat as last read
         self._users: dict[int, str | None] = {}
         self._contexts = ContextReader(self.proc, clock)
         self._mounts: tuple[Mount, ...] = ()
@@ -202,16 +211,29 @@ class Sampler:
     # -- selection ---------------------------------------------------------------
 
     def _process_stats(self) -> dict[int, StatFields]:
+        """Every process's ``stat``. A line that reads as it did at the last sample (most
+        processes, most ticks: nothing in it moved) keeps the fields parsed then, the same
+        object, which tells ``_read_process`` the process is unchanged."""
         stats = {}
+        lines: dict[int, tuple[bytes, StatFields]] = {}
+        before = self._stat_lines
         for pid in self.proc.pids():
             if pid == self._self_pid:
                 continue
-            try:
-                stat = self.proc.stat(pid)
-            except ParseError:
+            raw = self.proc.read(pid, "stat")
+            if raw is None:
                 continue
-            if stat is not None:
-                stats[pid] = stat
+            kept = before.get(pid)
+            if kept is not None and kept[0] == raw:
+                stat = kept[1]
+            else:
+                try:
+                    stat = parse_stat(raw.decode("utf-8", "replace"))
+                except ParseError:
+                    continue
+            lines[pid] = (raw, stat)
+            stats[pid] = stat
+        self._stat_lines = lines
         return stats
 
     def _memo_for(self, stat: StatFields) -> _ProcessMemo:
@@ -300,7 +322,12 @@ class Sampler:
         memo.seen_ticks, memo.seen_s = cpu_ticks, now
         if carry:
             memo.carried += 1
-            return self._process_sample(stat, memo, None, None, gpu_use, watched, training, read=False)
+            if memo.carried_sample is not None and memo.carried_stat is stat:
+                return memo.carried_sample  # its stat line is as it was: nothing in its sample moved
+            memo.carried_sample = self._process_sample(stat, memo, None, None, gpu_use, watched, training, read=False)
+            memo.carried_stat = stat
+            return memo.carried_sample
+        memo.carried_sample = memo.carried_stat = None
         memo.carried = 0
         status, cgroup_cpus = None, None
         if watched:  # others are only "what else runs where": their threads suffice

@@ -177,6 +177,9 @@ def _carried_rates(
     """A process whose threads were not read at one of the two samples (``threads_read``):
     no thread has a rate for this interval (the carried counters are from an earlier tick),
     so none counts as having run; the process's CPU share comes from its own counter."""
+    unmoved = None if cur.cpu_ns is None else 0.0
+    if cur is prev and before is not None and before.sample is cur and before.cpu_percent == unmoved:
+        return before  # the same sample handed out again, and nothing moved before it either
     if before is not None and before.sample.threads is cur.threads:
         unknown = before.threads  # the same carried threads: the same unknown rates
     else:
