@@ -34,6 +34,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.css.query import NoMatches
+from textual.driver import Driver
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
@@ -162,6 +163,11 @@ class AffmonApp(App[None]):
             # The first sample is read while Textual starts (CSS, layout: a few hundred ms),
             # if the caller has not started it already: the first tick takes it.
             source.read_ahead()
+
+    def get_driver_class(self) -> type[Driver]:
+        from affmon.tui.driver import driver_class
+
+        return driver_class(super().get_driver_class())
 
     # -- layout ---------------------------------------------------------------------
 

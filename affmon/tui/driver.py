@@ -1,0 +1,121 @@
+"""A terminal driver whose input thread sleeps until there is input.
+
+Textual's ``LinuxDriver`` reads the terminal on a thread that wakes ten times a second
+(``select`` with a 0.1 s timeout) for two things: to give a lone Escape its key once the
+parser's wait for the rest of an escape sequence is over, and to notice its own exit. At
+rest that thread is a fixed cost of every Textual app: 1.5-1.8 ms of CPU a second on the
+2-core VM, as much as htop spends on a whole refresh (docs/measurements.md).
+
+``QuietLinuxDriver`` waits on the terminal with no timeout while the parser has nothing
+pending, and until the parser's own deadline while it has (an Escape pressed alone gets
+its key as soon as before). Its exit event also writes to a pipe the thread waits on, so
+a stop (quit, suspend, a dialog's external command) still wakes it at once. Everything
+else is Textual's: what is read goes to the same parser and the same ``process_message``.
+
+``driver_class()`` gives this driver where Textual would use its own ``LinuxDriver`` and
+the parser has the deadline this relies on; otherwise (another platform, a driver chosen
+by ``TEXTUAL_DRIVER``, a Textual without that attribute) Textual's choice stands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import threading
+from codecs import getincrementaldecoder
+from typing import Any
+
+from textual._parser import ParseError
+from textual._time import get_time
+from textual._xterm_parser import XTermParser
+from textual.driver import Driver
+from textual.drivers.linux_driver import LinuxDriver
+
+
+class _WakingEvent(threading.Event):
+    """An event that also writes a byte to ``wake_fd`` when it is set."""
+
+    def __init__(self, wake_fd: int) -> None:
+        super().__init__()
+        self._wake_fd = wake_fd
+
+    def set(self) -> None:
+        super().set()
+        # full (already woken) or closed (the driver is gone): nothing waits on it
+        with contextlib.suppress(OSError):
+            os.write(self._wake_fd, b"\0")
+
+
+def parser_deadline(parser: object) -> float | None:
+    """When the parser's wait for the rest of a sequence ends (Textual's clock), or None
+    when it waits for nothing."""
+    deadline = getattr(parser, "_timeout_time", None)
+    return deadline if isinstance(deadline, float | int) else None
+
+
+def select_timeout(deadline: float | None, now: float) -> float | None:
+    """How long the input thread may sleep: until input (None) or until the deadline."""
+    return None if deadline is None else max(0.0, deadline - now)
+
+
+class QuietLinuxDriver(LinuxDriver):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.exit_event = _WakingEvent(self._wake_write)
+        self.input_wakeups = 0  # times the input thread woke (a figure for tests)
+
+    def close(self) -> None:
+        super().close()
+        for fd in (self._wake_read, self._wake_write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._wake_read = self._wake_write = -1
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(OSError):  # empty
+            while os.read(self._wake_read, 64):
+                pass
+
+    def run_input_thread(self) -> None:
+        """Textual's input loop, sleeping until input, the parser's deadline or a stop."""
+        fileno = self.fileno
+        selector = selectors.SelectSelector()
+        selector.register(fileno, selectors.EVENT_READ)
+        selector.register(self._wake_read, selectors.EVENT_READ)
+        parser = XTermParser(self._debug)
+        decode = getincrementaldecoder("utf-8")().decode
+
+        def process(events: list[tuple[selectors.SelectorKey, int]], final: bool = False) -> None:
+            for key, mask in events:
+                if key.fd == fileno and mask & selectors.EVENT_READ:
+                    data = decode(os.read(fileno, 1024 * 4), final=final)
+                    if data:  # empty: end of a piped standard input
+                        for event in parser.feed(data):
+                            self.process_message(event)
+            for event in parser.tick():
+                self.process_message(event)
+
+        try:
+            while not self.exit_event.is_set():
+                events = selector.select(select_timeout(parser_deadline(parser), get_time()))
+                self.input_wakeups += 1
+                self._drain_wake()
+                process(events)
+            selector.unregister(fileno)
+            process(selector.select(0.1), final=True)
+        finally:
+            selector.close()
+            try:
+                for _ in parser.feed(""):
+                    pass
+            except (EOFError, ParseError):
+                pass
+
+
+def driver_class(chosen: type[Driver]) -> type[Driver]:
+    """``QuietLinuxDriver`` in place of Textual's ``LinuxDriver``; any other choice as it is."""
+    if chosen is not LinuxDriver or not hasattr(os, "pipe2") or not hasattr(XTermParser(), "_timeout_time"):
+        return chosen
+    return QuietLinuxDriver

@@ -1,0 +1,98 @@
+"""The terminal driver's input thread: asleep while nothing is typed, awake for a key, for
+an Escape pressed alone (once the parser's wait for the rest of a sequence is over) and
+for a stop. Against a real pseudo-terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pty
+import signal
+import threading
+import time
+import tty
+
+import pytest
+from textual import events
+from textual.drivers.linux_driver import LinuxDriver
+
+from affmon.tui.driver import QuietLinuxDriver, driver_class, select_timeout
+from tests.tui.helpers import list_app
+
+
+class StubApp:
+    def __init__(self) -> None:
+        self.received: list[object] = []
+
+    async def _post_message(self, message: object) -> bool:
+        self.received.append(message)
+        return True
+
+
+def keys(app: StubApp) -> list[str]:
+    return [m.key for m in app.received if isinstance(m, events.Key)]
+
+
+async def wait_for(predicate, seconds: float = 5.0) -> float:
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < seconds, "timed out"
+        await asyncio.sleep(0.01)
+    return time.monotonic() - start
+
+
+@pytest.fixture
+def keep_signals():
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTSTP, signal.SIGCONT)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+def test_the_input_thread_sleeps_until_a_key_and_wakes_for_escape_and_for_a_stop(keep_signals):
+    async def go() -> None:
+        app = StubApp()
+        master, slave = pty.openpty()
+        tty.setraw(slave)
+        driver = QuietLinuxDriver(app)  # type: ignore[arg-type]
+        driver.fileno = slave
+        thread = threading.Thread(target=driver.run_input_thread)
+        thread.start()
+        try:
+            await asyncio.sleep(1.0)
+            assert driver.input_wakeups == 0  # Textual's own driver wakes ten times a second
+
+            os.write(master, b"q")
+            await wait_for(lambda: "q" in keys(app))
+            woken = driver.input_wakeups
+            assert 1 <= woken <= 2
+
+            os.write(master, b"\x1b")  # Escape alone: a key once the wait for a sequence ends
+            took = await wait_for(lambda: "escape" in keys(app))
+            assert took < 1.0
+            await asyncio.sleep(0.5)
+            assert driver.input_wakeups <= woken + 3  # woke for the byte and the deadline, then slept
+
+            driver.exit_event.set()
+            thread.join(timeout=2.0)
+            assert not thread.is_alive()  # the stop wakes it at once (no timeout to wait out)
+        finally:
+            driver.exit_event.set()
+            thread.join(timeout=2.0)
+            driver.close()
+            os.close(master)
+            os.close(slave)
+
+    asyncio.run(go())
+
+
+def test_it_sleeps_until_the_parsers_deadline_or_until_input():
+    assert select_timeout(None, 5.0) is None
+    assert select_timeout(5.25, 5.0) == pytest.approx(0.25)
+    assert select_timeout(4.0, 5.0) == 0.0  # past: look at once
+
+
+def test_the_monitor_uses_it_where_textual_would_use_its_linux_driver():
+    assert driver_class(LinuxDriver) is QuietLinuxDriver
+    assert driver_class(QuietLinuxDriver) is QuietLinuxDriver  # any other choice stands
+    assert list_app("clean").get_driver_class() is QuietLinuxDriver
