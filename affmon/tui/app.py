@@ -22,6 +22,7 @@ they mean the same (F1, F6, F10, Enter); F9/k say that affmon kills nothing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import time
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
@@ -37,9 +38,7 @@ from textual.css.query import NoMatches
 from textual.driver import Driver
 from textual.message import Message
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input
-from textual.worker import Worker, WorkerState
 
 from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
@@ -60,6 +59,7 @@ from affmon.tui.model.table import SORT_COLUMNS, TableOptions, next_sort, proces
 from affmon.tui.model.views import ProcessRow, View, thread_rows
 from affmon.tui.palette import Palette, palette
 from affmon.tui.pinner import Pinner
+from affmon.tui.ticker import Ticker
 from affmon.tui.widgets.cores import CoreMap
 from affmon.tui.widgets.detail import DetailText, ProcessPlot, ThreadTable
 from affmon.tui.widgets.gpus import GpuPanel, GpuPlot
@@ -84,6 +84,14 @@ class ViewReady(Message):
     def __init__(self, view: View) -> None:
         super().__init__()
         self.view = view
+
+
+class TickDone(Message):
+    """The sampler thread's tick ended (``error``: why it failed, or None)."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        super().__init__()
+        self.error = error
 
 
 class AffmonApp(App[None]):
@@ -152,8 +160,7 @@ class AffmonApp(App[None]):
         self.paused = False
         self.selected_pid: int | None = focus_pid
         self._pending_select: str | None = process_key(focus_pid) if focus_pid is not None else None
-        self._timer: Timer | None = None
-        self._ticking = False
+        self._ticker = Ticker(self._run_tick, self._post_tick_done)
         self._tick_started_s = 0.0  # when the newest sample's reading started (written by the thread reading it)
         self._error: str | None = None
         self._note = ""
@@ -216,16 +223,24 @@ class AffmonApp(App[None]):
             self.tick()
 
     def on_unmount(self) -> None:
+        self._ticker.close()
         self.source.close()
 
     # -- sampling -------------------------------------------------------------------
 
-    def tick(self) -> Worker[None] | None:
-        """Start one tick now (unless one is running); the next is scheduled when it ends."""
-        if self._ticking:
-            return None
-        self._ticking = True
-        return self._sample()
+    def tick(self) -> bool:
+        """Start one tick now, unless one is running (False); the next is due when it ends."""
+        return self._ticker.now()
+
+    @property
+    def ticking(self) -> bool:
+        """A tick is running, or its end is not handled yet."""
+        return self._ticker.busy
+
+    async def ticks_landed(self) -> None:
+        """Wait until no tick is running and the last one's end is handled."""
+        while self._ticker.busy:
+            await asyncio.sleep(0.005)
 
     def _next_sample(self) -> Sample | None:
         """The next sample, noting when its reading started: the next tick is due one
@@ -236,8 +251,7 @@ class AffmonApp(App[None]):
         self._tick_started_s = self.source.read_started_s if isinstance(self.source, LiveSource) else started
         return sample
 
-    @work(thread=True, exclusive=True, group="sampler", exit_on_error=False)
-    def _sample(self) -> None:
+    def _run_tick(self) -> None:  # on the ticker's thread
         # A replay's first tick takes two samples: a view needs an interval. Live, two
         # samples taken back to back would give rates over a tenth of a second: the first
         # view waits for the next tick, FIRST_INTERVAL_S later, and meanwhile the screen
@@ -254,19 +268,17 @@ class AffmonApp(App[None]):
                 self.post_message(ViewReady(view))
                 return
 
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker.group != "sampler" or event.state not in (
-            WorkerState.SUCCESS,
-            WorkerState.ERROR,
-            WorkerState.CANCELLED,
-        ):
-            return
-        self._ticking = False
+    def _post_tick_done(self, error: BaseException | None) -> None:  # on the ticker's thread
+        self.post_message(TickDone(error))
+
+    @on(TickDone)
+    def _tick_done(self, message: TickDone) -> None:
+        self._ticker.acknowledge()
         if self._restart_pending:
             self._restart()
             return
-        if event.state == WorkerState.ERROR:
-            self._error = f"sampling failed: {event.worker.error}"
+        if message.error is not None:
+            self._error = f"sampling failed: {message.error}"
             self._show_status()
             if self.source.info.source == "live":
                 self._schedule()  # try again next interval; a replay's bad line stays bad
@@ -279,7 +291,7 @@ class AffmonApp(App[None]):
         pace = self.interval if self.interval is not None else self.source.pace_s()
         if (self.view is None or not self.view.measured) and isinstance(self.source, LiveSource):
             pace = min(pace, FIRST_INTERVAL_S)  # the first view sooner, over a real interval
-        self._timer = self.set_timer(next_delay(pace, self._tick_started_s, time.monotonic()), self.tick)
+        self._ticker.after(next_delay(pace, self._tick_started_s, time.monotonic()))
 
     @on(ViewReady)
     def _on_view(self, message: ViewReady) -> None:
@@ -473,7 +485,7 @@ class AffmonApp(App[None]):
         if self.restart_source is None:
             self.notify("live: there is no recording to play again", severity="information")
             return
-        if self._ticking:
+        if self._ticker.cancel():
             self._restart_pending = True  # when the running tick ends
             return
         self._restart()
@@ -481,9 +493,7 @@ class AffmonApp(App[None]):
     def _restart(self) -> None:
         assert self.restart_source is not None
         self._restart_pending = False
-        if self._timer is not None:
-            self._timer.stop()
-            self._timer = None
+        self._ticker.cancel()
         self.source.close()
         self.source = self.restart_source()
         self.monitor = Monitor(self.source.topology, self.source.info, history_len=self.monitor.history_len)
@@ -505,10 +515,9 @@ class AffmonApp(App[None]):
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        if self.paused and self._timer is not None:
-            self._timer.stop()
-            self._timer = None
-        elif not self.paused and self.autostart and not self._ticking:
+        if self.paused:
+            self._ticker.cancel()  # a tick under way still lands
+        elif self.autostart:
             self.tick()
         if self.view is not None:
             self.query_one(HeaderBar).show(self.view.header, paused=self.paused, palette=self.pal)
@@ -595,7 +604,5 @@ class AffmonApp(App[None]):
         if summary:
             self._note = summary
             self._show_status()
-        if summary and self.autostart and not self.paused and not self._ticking:
-            if self._timer is not None:
-                self._timer.stop()
-            self.tick()  # show the new masks now
+        if summary and self.autostart and not self.paused:
+            self.tick()  # show the new masks now (unless a tick is under way)

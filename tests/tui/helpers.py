@@ -131,7 +131,7 @@ def list_app(name: str, samples: Sequence[Sample] | None = None, **kwargs: Any) 
 async def step(app: AffmonApp, pilot: Pilot[None], ticks: int = 1) -> None:
     for _ in range(ticks):
         app.tick()
-        await app.workers.wait_for_complete()
+        await app.ticks_landed()
         await pilot.pause()
 
 

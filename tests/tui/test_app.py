@@ -252,7 +252,7 @@ def test_pause_stops_the_ticks_and_resume_restarts_them():
                 await pilot.pause(0.02)
             await pilot.press("p")
             assert app.paused and "PAUSED" in shown_text(app, "#header")
-            await app.workers.wait_for_complete()  # a tick already under way may still land
+            await app.ticks_landed()  # a tick already under way may still land
             await pilot.pause()
             ticks = app.monitor.samples_seen
             await pilot.pause(0.3)  # fifteen intervals: none may tick while paused
@@ -275,7 +275,7 @@ def test_a_slow_tick_delays_the_next_and_never_overlaps():
             started = time.monotonic()
             while not source.exhausted and time.monotonic() - started < 10:
                 await pilot.pause(0.05)
-            await app.workers.wait_for_complete()
+            await app.ticks_landed()
             assert source.reads == 5 and source.most_active == 1
 
     run(go())

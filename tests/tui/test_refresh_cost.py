@@ -63,14 +63,13 @@ def test_a_slow_read_does_not_stretch_the_interval():
         source = ListSource(header.topology, samples, delay_s=0.3)
         app = AffmonApp(source, FakePinner(), interval=0.5)
         delays: list[float] = []
-        set_timer = app.set_timer
+        after = app._ticker.after
 
-        def spy(delay, callback, *args, **kwargs):
-            if callback == app.tick:
-                delays.append(delay)
-            return set_timer(delay, callback, *args, **kwargs)
+        def spy(delay):
+            delays.append(delay)
+            return after(delay)
 
-        app.set_timer = spy  # type: ignore[method-assign]
+        app._ticker.after = spy  # type: ignore[method-assign]
         async with app.run_test(size=SIZE) as pilot:
             deadline = time.monotonic() + 60
             while len(delays) < 3 and time.monotonic() < deadline:
