@@ -1,9 +1,9 @@
 """``AffmonApp``: the TUI. Built with its source and pinner passed in, so tests build it
 from a recording with a fake pinner.
 
-Sampling runs in a thread worker: it takes one sample, feeds the ``Monitor`` (owned by
-that worker alone) and posts the immutable ``View`` it returns. The next tick is
-scheduled only when the current one has finished, so a slow tick (NVML, thousands of
+Sampling runs on the ticker's thread (``affmon.tui.ticker``): it takes one sample, feeds
+the ``Monitor`` (owned by that thread alone) and posts the immutable ``View`` it returns.
+The next tick is scheduled only when the current one has finished, so a slow tick (NVML, thousands of
 threads) delays the next one and never piles up; it is due one interval after the
 current one's sample *started*, so a tick that costs 100 ms still leaves 1 s between
 samples at ``--interval 1`` (counted from its end, the monitor kept 1.1 s and fell
@@ -68,7 +68,7 @@ from affmon.tui.widgets.processes import ProcessTable
 from affmon.tui.widgets.quiet import QuietStatic
 
 FIRST_INTERVAL_S = 0.5  # live: the first view covers this interval, then --interval
-MIN_DELAY_S = 0.01  # Textual's timers need a period; a tick that overran starts the next this soon
+MIN_DELAY_S = 0.01  # a tick that overran starts the next this soon
 
 
 def next_delay(pace_s: float, started_s: float, now_s: float) -> float:
@@ -231,11 +231,6 @@ class AffmonApp(App[None]):
     def tick(self) -> bool:
         """Start one tick now, unless one is running (False); the next is due when it ends."""
         return self._ticker.now()
-
-    @property
-    def ticking(self) -> bool:
-        """A tick is running, or its end is not handled yet."""
-        return self._ticker.busy
 
     async def ticks_landed(self) -> None:
         """Wait until no tick is running and the last one's end is handled."""
