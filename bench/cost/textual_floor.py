@@ -1,7 +1,9 @@
 """The floor of a Textual monitor: a screen of one header line whose clock changes every
 second and a footer of key hints, and nothing else. ``tui_cost --floor`` runs it beside
 affmon and htop: the CPU a Textual app needs to redraw a clock at 1 Hz, whatever it shows
-below it (its event loop, its input thread, one line rendered and written).
+below it (its event loop, its input thread, one line rendered and written). It runs
+with Textual's own terminal driver, whose input thread wakes ten times a second; affmon's
+(``affmon.tui.driver``) sleeps until a key, so affmon's floor is below this one.
 
     python -m bench.cost.textual_floor
 """
