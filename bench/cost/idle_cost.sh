@@ -47,7 +47,8 @@ for run in $(seq 1 "$repeat"); do
         am = a * 1000 / t / s; hm = h * 1000 / t / s
         printf "%-6s %-22s %10.2f %10.2f\n", run, "affmon --interval 1", am, am / 10
         printf "%-6s %-22s %10.2f %10.2f\n", "", "htop -d 10", hm, hm / 10
-        printf "%-6s %-22s %10s %10s %8.2f\n", "", "ratio affmon / htop", "", "", (hm > 0 ? am / hm : 0)
+        ratio = hm > 0 ? sprintf("%.2f", am / hm) : "-"  # htop used no clock tick: no ratio
+        printf "%-6s %-22s %10s %10s %8s\n", "", "ratio affmon / htop", "", "", ratio
     }'
     sleep 1
 done
