@@ -49,6 +49,12 @@ class StatFields:
     processor: int | None  # absent on very old kernels
 
 
+def parse_stat_bytes(data: bytes) -> StatFields:
+    """``parse_stat`` of a ``stat`` file as read: a name that is not UTF-8 keeps its
+    undecodable bytes as U+FFFD."""
+    return parse_stat(data.decode("utf-8", "replace"))
+
+
 def parse_stat(text: str) -> StatFields:
     """Parse a ``stat`` line. The name sits between the first ``(`` and the *last* ``)``
     and may hold spaces, parentheses and newlines, so fields are split after it."""
@@ -243,7 +249,7 @@ class ProcFs:
         data = self.read(pid, "stat") if tid is None else self.read_task(pid, tid, "stat")
         if data is None:
             return None
-        return parse_stat(data.decode("utf-8", "replace"))
+        return parse_stat_bytes(data)
 
     def schedstat(self, pid: int, tid: int) -> SchedStat | None:
         data = self.read_task(pid, tid, "schedstat")

@@ -64,7 +64,7 @@ from affmon.collect.procfs import (
     cmdline_argv,
     parse_cmdline,
     parse_schedstat,
-    parse_stat,
+    parse_stat_bytes,
 )
 from affmon.collect.selection import (
     LAUNCHERS,
@@ -228,7 +228,7 @@ class Sampler:
                 stat = kept[1]
             else:
                 try:
-                    stat = parse_stat(raw.decode("utf-8", "replace"))
+                    stat = parse_stat_bytes(raw)
                 except ParseError:
                     continue
             lines[pid] = (raw, stat)
