@@ -2,7 +2,8 @@
 from a recording with a fake pinner.
 
 Sampling runs on the ticker's thread (``affmon.tui.ticker``): it takes one sample, feeds
-the ``Monitor`` (owned by that thread alone) and posts the immutable ``View`` it returns.
+the ``Monitor`` (owned by that thread alone) and hands the immutable ``View`` it returns to
+the UI thread in the one message that ends the tick.
 The next tick is scheduled only when the current one has finished, so a slow tick (NVML, thousands of
 threads) delays the next one and never piles up; it is due one interval after the
 current one's sample *started*, so a tick that costs 100 ms still leaves 1 s between
@@ -78,19 +79,14 @@ def next_delay(pace_s: float, started_s: float, now_s: float) -> float:
     return max(MIN_DELAY_S, pace_s - max(0.0, now_s - started_s))
 
 
-class ViewReady(Message):
-    """A new view from the sampler thread."""
+class TickDone(Message):
+    """The ticker thread's tick ended: ``view``, the new view (None when the tick made
+    none), and ``error``, why it failed (or None). One message a tick: each one posted
+    from the thread wakes the UI thread's loop."""
 
-    def __init__(self, view: View) -> None:
+    def __init__(self, view: View | None, error: BaseException | None) -> None:
         super().__init__()
         self.view = view
-
-
-class TickDone(Message):
-    """The sampler thread's tick ended (``error``: why it failed, or None)."""
-
-    def __init__(self, error: BaseException | None) -> None:
-        super().__init__()
         self.error = error
 
 
@@ -160,7 +156,7 @@ class AffmonApp(App[None]):
         self.paused = False
         self.selected_pid: int | None = focus_pid
         self._pending_select: str | None = process_key(focus_pid) if focus_pid is not None else None
-        self._ticker = Ticker(self._run_tick, self._post_tick_done)
+        self._ticker: Ticker[View | None] = Ticker(self._run_tick, self._post_tick_done)
         self._tick_started_s = 0.0  # when the newest sample's reading started (written by the thread reading it)
         self._error: str | None = None
         self._note = ""
@@ -246,7 +242,7 @@ class AffmonApp(App[None]):
         self._tick_started_s = self.source.read_started_s if isinstance(self.source, LiveSource) else started
         return sample
 
-    def _run_tick(self) -> None:  # on the ticker's thread
+    def _run_tick(self) -> View | None:  # on the ticker's thread
         # A replay's first tick takes two samples: a view needs an interval. Live, two
         # samples taken back to back would give rates over a tenth of a second: the first
         # view waits for the next tick, FIRST_INTERVAL_S later, and meanwhile the screen
@@ -255,19 +251,21 @@ class AffmonApp(App[None]):
         for _ in range(1 if live else 2):
             sample = self._next_sample()
             if sample is None:
-                return
+                return None
             view = self.monitor.feed(sample, self.source.expected_masks(), finished=self.source.exhausted)
             if view is None and live and self.monitor.samples_seen == 1:
                 view = self.monitor.first_look(sample)
             if view is not None:
-                self.post_message(ViewReady(view))
-                return
+                return view
+        return None
 
-    def _post_tick_done(self, error: BaseException | None) -> None:  # on the ticker's thread
-        self.post_message(TickDone(error))
+    def _post_tick_done(self, view: View | None, error: BaseException | None) -> None:  # on the ticker's thread
+        self.post_message(TickDone(view, error))
 
     @on(TickDone)
     def _tick_done(self, message: TickDone) -> None:
+        if message.view is not None:
+            self._show_view(message.view)
         self._ticker.acknowledge()
         if self._restart_pending:
             self._restart()
@@ -288,9 +286,8 @@ class AffmonApp(App[None]):
             pace = min(pace, FIRST_INTERVAL_S)  # the first view sooner, over a real interval
         self._ticker.after(next_delay(pace, self._tick_started_s, time.monotonic()))
 
-    @on(ViewReady)
-    def _on_view(self, message: ViewReady) -> None:
-        self.view = message.view
+    def _show_view(self, view: View) -> None:
+        self.view = view
         self._error = None
         with contextlib.suppress(NoMatches):  # a tick that lands while the app closes: its widgets are gone
             self._render_view()

@@ -3,10 +3,11 @@
 A Textual worker and a timer for each tick cost the UI thread 0.4-0.8 ms a tick (a worker's
 task, its executor hand-off and its state messages; a timer's task), as much as drawing a
 quiet screen. This thread lives as long as the app: ``after(delay)`` or ``now()`` sets when
-the next tick is due; the thread sleeps until then, runs it and calls ``done`` with its
-error (None when it went well), from the thread; the app answers ``acknowledge()`` once it
-has handled that, and until then the ticker is ``busy`` (no tick starts twice, and a restart
-or a test knows a tick is still landing).
+the next tick is due; the thread sleeps until then, runs it and calls ``done`` with what
+it returned and its error (None, None when it went well and returned nothing), from the
+thread: one hand-over a tick, so the app is woken once for the tick's result and its end.
+The app answers ``acknowledge()`` once it has handled that, and until then the ticker is
+``busy`` (no tick starts twice, and a restart or a test knows a tick is still landing).
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Generic, TypeVar
+
+Result = TypeVar("Result")
 
 _IDLE, _CLAIMED, _RUNNING, _LANDING = "idle", "claimed", "running", "landing"
 
 
-class Ticker:
+class Ticker(Generic[Result]):
     def __init__(
         self,
-        run: Callable[[], None],
-        done: Callable[[BaseException | None], None],
+        run: Callable[[], Result],
+        done: Callable[[Result | None, BaseException | None], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._run = run
@@ -106,11 +110,12 @@ class Ticker:
                     return
                 self._due = None
                 self._state = _RUNNING
+            result: Result | None = None
             error: BaseException | None = None
             try:
-                self._run()
+                result = self._run()
             except Exception as exc:  # the app shows it; the thread lives on for the next tick
                 error = exc
             with self._cv:
                 self._state = _LANDING
-            self._done(error)
+            self._done(result, error)

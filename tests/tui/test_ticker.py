@@ -15,22 +15,28 @@ from affmon.tui.ticker import Ticker
 class Harness:
     def __init__(self, fail: bool = False) -> None:
         self.ran: list[float] = []
-        self.ended: queue.Queue[BaseException | None] = queue.Queue()
+        self.ended: queue.Queue[tuple[int | None, BaseException | None]] = queue.Queue()
         self.running = threading.Event()
         self.release = threading.Event()
         self.release.set()
         self.fail = fail
-        self.ticker = Ticker(self.run, self.ended.put)
+        self.ticker = Ticker(self.run, lambda result, error: self.ended.put((result, error)))
 
-    def run(self) -> None:
+    def run(self) -> int:
         self.ran.append(time.monotonic())
         self.running.set()
         self.release.wait(10)
         if self.fail:
             raise OSError("proc went away")
+        return len(self.ran)
 
     def end(self) -> BaseException | None:
-        return self.ended.get(timeout=10)
+        """The error the last tick ended with (None: it went well, and handed over its result)."""
+        result, error = self.ended.get(timeout=10)
+        assert (result is None) == (error is not None)  # a result or an error, never both
+        if error is None:
+            assert result == len(self.ran)
+        return error
 
 
 @pytest.fixture
@@ -39,6 +45,14 @@ def harness():
     yield h
     h.release.set()
     h.ticker.close()
+
+
+def test_each_tick_hands_over_its_own_result_with_its_end(harness):
+    harness.ticker.now()
+    assert harness.ended.get(timeout=10) == (1, None)
+    harness.ticker.acknowledge()
+    harness.ticker.now()
+    assert harness.ended.get(timeout=10) == (2, None)
 
 
 def test_now_runs_one_tick_and_refuses_another_until_the_end_is_acknowledged(harness):
