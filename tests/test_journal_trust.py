@@ -208,6 +208,21 @@ def test_a_view_reads_the_journal_again_only_when_it_changed(tmp_path: Path, mon
         assert watch() == {}  # the file changed: read again, nothing in force
 
 
+def test_the_default_journal_follows_the_state_directory_it_is_named_by(tmp_path: Path, monkeypatch) -> None:
+    """The default path is kept between ticks, and built again when XDG_STATE_HOME changes."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "a"))
+    journal = Journal(tmp_path / "a" / "affmon" / "journal.jsonl")
+    with workload("--cpus", f"{A},{B}") as w:
+        assert pin(w["pid"], {A}, journal=journal).ok
+        watch = PinnedMasks()
+        pinned = {(w["pid"], start_of(w["pid"])): frozenset({A})}
+        assert watch() == pinned
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "b"))  # no journal there
+        assert watch() == {}
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "a"))
+        assert watch() == pinned
+
+
 # -- whose journal it is -----------------------------------------------------------------
 
 

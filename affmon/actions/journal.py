@@ -325,10 +325,22 @@ class PinnedMasks:
         self._path = path
         self._seen: tuple[int, int, int, int] | None = None
         self._masks: Mapping[ProcessKey, CpuSet] = {}
+        self._env: tuple[str | None, str | None] | None = None  # what the default path was built from
+        self._default: Path | None = None
+
+    def _journal_path(self) -> Path:
+        """The journal's path: built again only when the variables it is made of changed."""
+        if self._path is not None:
+            return self._path
+        env = (os.environ.get("XDG_STATE_HOME"), os.environ.get("HOME"))
+        if env != self._env or self._default is None:
+            self._default = default_journal_path()
+            self._env = env
+        return self._default
 
     def __call__(self) -> Mapping[ProcessKey, CpuSet]:
         try:
-            path = self._path or default_journal_path()
+            path = self._journal_path()
             info = os.stat(path, follow_symlinks=False)
         except (OSError, RuntimeError):  # no journal, or no home directory
             self._seen, self._masks = None, {}
