@@ -256,6 +256,56 @@ def test_a_static_repaints_only_its_lines_that_changed(monkeypatch):
     run(go())
 
 
+def test_a_static_measures_no_line_that_fits_and_wraps_or_cuts_the_others_as_rich_does(monkeypatch):
+    """A header line and a core map's lines fit their width: Rich's word-by-word wrap and
+    the split of the text into lines are skipped; a line too long is wrapped (or cut, when
+    it is ``no_wrap``) as Rich's own wrap of the whole text would."""
+    wraps: list[str] = []
+    splits: list[str] = []
+    original_wrap, original_split = Text.wrap, Text.split
+
+    def counting_wrap(self, *args, **kwargs):
+        wraps.append(self.plain)
+        return original_wrap(self, *args, **kwargs)
+
+    def counting_split(self, *args, **kwargs):
+        splits.append(self.plain)
+        return original_split(self, *args, **kwargs)
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield QuietStatic(id="s")
+
+    def shown(s: QuietStatic) -> list[str]:
+        return ["".join(seg.text for seg in s.render_line(y)).rstrip() for y in range(s.size.height)]
+
+    async def go():
+        app = One()
+        async with app.run_test(size=(20, 8)) as pilot:
+            s = app.query_one(QuietStatic)
+            await pilot.pause()
+            monkeypatch.setattr(Text, "wrap", counting_wrap)
+            monkeypatch.setattr(Text, "split", counting_split)
+            s.put(Text("affmon  │  12:00:01", style="bold"))
+            await pilot.pause()
+            s.put([Text("node 0 · L3"), Text(" 0▇  1·"), Text(""), Text("▆ job 7  ▆ shared")])
+            await pilot.pause()
+            assert wraps == [] and splits == []  # every line fits: nothing measured, nothing split
+            assert shown(s) == ["node 0 · L3", " 0▇  1·", "", "▆ job 7  ▆ shared"]
+            assert str(s.render()) == "node 0 · L3\n 0▇  1·\n\n▆ job 7  ▆ shared"
+            long = "its 3 busy threads waited for a CPU"
+            s.put(Text(f"short\n{long}"))
+            await pilot.pause()
+            assert wraps and set(wraps) == {long}  # only the line that does not fit (once a layout)
+            expected = [str(line).rstrip() for line in original_wrap(Text(f"short\n{long}"), app.console, 20)]
+            assert shown(s)[: len(expected)] == expected and len(expected) > 2
+            s.put([Text(long, no_wrap=True, overflow="ellipsis")])
+            await pilot.pause()
+            assert shown(s)[0] == long[:19] + "…"
+
+    run(go())
+
+
 def test_a_static_follows_a_new_theme():
     class One(App[None]):
         CSS = "QuietStatic { background: $panel; }"

@@ -72,27 +72,35 @@ def group_title(g: CoreGroup) -> str:
     return f"{node} · {cache} · CPUs {cpus}{local}"
 
 
-def core_map_text(
+def core_map_lines(
     groups: Sequence[CoreGroup],
     p: Palette,
     job_colors: dict[int, str],
     selected: ProcessRow | None,
     width: int,
     measured: bool = True,
-) -> Text:
+) -> list[Text]:
+    """The map line by line (each cut with an ellipsis where the pane is narrower)."""
     per_line = max(1, width // CELL_WIDTH)
     selected_cpus = selected.ran_on_cpus if selected is not None else frozenset()
     local = set(selected.gpus) if selected is not None and selected.gpus else None
-    out = Text(no_wrap=True, overflow="ellipsis")
+    lines: list[Text] = []
+
+    def new_line() -> Text:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        lines.append(line)
+        return line
+
     for gi, g in enumerate(groups):
         if gi:
-            out.append("\n")
-        out.append(group_title(g), style=f"bold {p.muted}")
+            new_line()
+        new_line().append(group_title(g), style=f"bold {p.muted}")
+        line = lines[-1]
         for i, c in enumerate(g.cells):
             if i % per_line == 0:
-                out.append("\n")
-            out.append_text(cell_text(c, p, job_colors, selected, selected_cpus, local, measured))
-    out.append("\n\n")
+                line = new_line()
+            line.append_text(cell_text(c, p, job_colors, selected, selected_cpus, local, measured))
+    new_line()
     legend: list[list[tuple[str, str]]] = [
         [("▆", color), (f" job {pid}", p.muted)] for pid, color in job_colors.items()
     ]
@@ -105,16 +113,33 @@ def core_map_text(
     if any(c.gpu_local for g in groups for c in g.cells):  # no GPU (or no locality known): no such mark
         legend.append([("GPU-local", "underline")])
     used = 0
+    line = new_line()
     for item in legend:
         size = sum(len(t) for t, _ in item) + 2
         if used and used + size > width:
-            out.append("\n")
+            line = new_line()
             used = 0
         for part, style in item:
-            out.append(part, style=style)
-        out.append("  ")
+            line.append(part, style=style)
+        line.append("  ")
         used += size
-    return out
+    return lines
+
+
+def core_map_text(
+    groups: Sequence[CoreGroup],
+    p: Palette,
+    job_colors: dict[int, str],
+    selected: ProcessRow | None,
+    width: int,
+    measured: bool = True,
+) -> Text:
+    """The map as one text."""
+    text = Text("\n", no_wrap=True, overflow="ellipsis").join(
+        core_map_lines(groups, p, job_colors, selected, width, measured)
+    )
+    text.no_wrap, text.overflow = True, "ellipsis"
+    return text
 
 
 class CoreMap(QuietStatic):
@@ -142,4 +167,4 @@ class CoreMap(QuietStatic):
         if inputs == self._built:
             return
         self._built = inputs
-        self.put(core_map_text(groups, p, job_colors, selected, width, measured))
+        self.put(core_map_lines(groups, p, job_colors, selected, width, measured))
