@@ -217,12 +217,7 @@ class Sampler:
         stats = {}
         lines: dict[int, tuple[bytes, StatFields]] = {}
         before = self._stat_lines
-        for pid in self.proc.pids():
-            if pid == self._self_pid:
-                continue
-            raw = self.proc.read(pid, "stat")
-            if raw is None:
-                continue
+        for pid, raw in self.proc.stats(p for p in self.proc.pids() if p != self._self_pid):
             kept = before.get(pid)
             if kept is not None and kept[0] == raw:
                 stat = kept[1]

@@ -61,6 +61,7 @@ class LiveSources:
         if self.gateway is not None:
             self.gateway.close()
             self.gateway = None
+        self.sampler.proc.close()
 
 
 def resolve_selection(selection: Selection, root: str = "/") -> Selection:
