@@ -167,6 +167,11 @@ class AffmonApp(App[None]):
             # if the caller has not started it already: the first tick takes it.
             source.read_ahead()
 
+    def get_default_screen(self) -> Screen[object]:
+        from affmon.tui.screen import MainScreen
+
+        return MainScreen(id="_default")
+
     def get_driver_class(self) -> type[Driver]:
         from affmon.tui.driver import driver_class
 
