@@ -35,7 +35,6 @@ import contextlib
 import fcntl
 import json
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -287,7 +286,7 @@ class Journal:
         tmp = None
         try:
             for _attempt in range(16):
-                name = f".{self.path.name}.{secrets.token_hex(6)}.tmp"
+                name = f".{self.path.name}.{os.urandom(6).hex()}.tmp"  # secrets' source, without its libcrypto
                 try:
                     fd = os.open(
                         name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
