@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
+from affmon.export import MAX_THREADS
 from affmon.export.catalogue import CATALOGUE
 from affmon.export.collector import StateCollector
-from affmon.export.families import MAX_THREADS, families
+from affmon.export.families import families
 from affmon.export.render import Renderer
 from affmon.export.state import ExportState
 from bench.attacks.export_flood import affmon_export, exporter, many_threads, scrape

@@ -52,7 +52,7 @@ def listen_address(text: str) -> tuple[str, int]:
 
 def add_export_parser(subparsers: argparse._SubParsersAction[Any]) -> argparse.ArgumentParser:
     from affmon.commands.argtypes import count, pid, seconds  # the same checks and messages as every other command
-    from affmon.export.families import MAX_THREADS
+    from affmon.export import MAX_THREADS
 
     export: argparse.ArgumentParser = subparsers.add_parser(
         "export", help="serve placement, findings and GPUs as Prometheus metrics"

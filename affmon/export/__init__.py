@@ -13,3 +13,8 @@ Impure, kept thin:
 * ``collector``: hands those families to prometheus-client at scrape time;
 * ``service``: the sampling thread and the HTTP server.
 """
+
+# Threads given per-thread series by default: 9 series each, about 0.75 MB of text for all
+# of them (docs/export.md, "Cost"). Here, not in ``families``, so that building the
+# command line's parser does not load the exporter (and the findings under it).
+MAX_THREADS = 1000

@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from affmon.export import MAX_THREADS
 from affmon.export.catalogue import CATALOGUE, MetricSpec
-from affmon.export.families import MAX_THREADS, families
+from affmon.export.families import families
 from affmon.export.state import ExportState
 
 

@@ -17,15 +17,12 @@ from dataclasses import dataclass
 
 from affmon.core.findings import Finding
 from affmon.core.rates import ProcessRates, Snapshot, ThreadRates
+from affmon.export import MAX_THREADS
 from affmon.export import catalogue as m
 from affmon.export.catalogue import CATALOGUE, MetricSpec
 from affmon.export.state import ExportState, ProcessTotals, gpu_key
 
 Series = tuple[tuple[str, ...], float]  # label values in the spec's label order, value
-
-# Threads given per-thread series by default: 9 series each, about 0.75 MB of text for all
-# of them (docs/export.md, "Cost").
-MAX_THREADS = 1000
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
+from affmon.export import MAX_THREADS
 from affmon.export.collector import StateCollector
-from affmon.export.families import MAX_THREADS
 from affmon.export.state import ExportState
 
 if TYPE_CHECKING:

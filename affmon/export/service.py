@@ -23,8 +23,8 @@ from affmon.core.findings import ExpectedMasks
 from affmon.core.fmt import term_safe
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
+from affmon.export import MAX_THREADS
 from affmon.export.collector import StateCollector
-from affmon.export.families import MAX_THREADS
 from affmon.export.pace import Pace
 from affmon.export.render import Renderer
 from affmon.export.server import CONNECTION_LIMIT, HELD_BYTES_LIMIT, IDLE_TIMEOUT_S, MetricsServer, format_address

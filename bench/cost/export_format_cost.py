@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from affmon.collect.sampler import Sampler, Selection
-from affmon.export.families import MAX_THREADS
+from affmon.export import MAX_THREADS
 from affmon.export.render import Renderer
 from affmon.export.state import ExportState, step
 from affmon.sources.live import load_topology
