@@ -5,6 +5,7 @@ reads as the new process), files of PIDs no longer listed are closed, and at mos
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -95,3 +96,45 @@ def test_a_recorded_tree_is_read_file_by_file(tmp_path):
     before = open_fds()
     assert [pid for pid, _ in proc.stats([7, 8])] == [7]
     assert open_fds() == before
+
+
+def test_an_eighth_of_the_open_file_limit_at_most_stays_open(monkeypatch):
+    monkeypatch.setattr(procfs, "_descriptor_limit", lambda: 24)  # the exporter runs with limits this low
+    children = [subprocess.Popen(["sleep", "60"]) for _ in range(5)]
+    proc = ProcFs("/")
+    try:
+        before = open_fds()
+        assert len(dict(proc.stats([c.pid for c in children]))) == 5
+        assert len(open_fds() - before) == 3
+    finally:
+        proc.close()
+        for c in children:
+            c.kill()
+            c.wait()
+
+
+def test_out_of_descriptors_the_kept_files_are_given_back_and_the_line_still_read(monkeypatch):
+    first, second = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])
+    proc = ProcFs("/")
+    try:
+        before = open_fds()
+        assert list(dict(proc.stats([first.pid]))) == [first.pid]
+        assert len(open_fds() - before) == 1
+        real_open, refused = os.open, []
+
+        def short_of_descriptors(path, *args, **kwargs):
+            if path == f"/proc/{second.pid}/stat" and not refused:
+                refused.append(path)
+                raise OSError(errno.EMFILE, "Too many open files")
+            return real_open(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "open", short_of_descriptors)
+        lines = dict(proc.stats([first.pid, second.pid]))
+        assert refused and sorted(lines) == sorted([first.pid, second.pid])  # read all the same
+        assert parse_stat_bytes(lines[second.pid]).pid == second.pid
+        assert open_fds() - before == set()  # the kept one was closed to make room
+    finally:
+        proc.close()
+        for c in (first, second):
+            c.kill()
+            c.wait()

@@ -14,12 +14,14 @@ threads that ran since the last tick and ``status`` once per process, never per 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import resource
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from affmon.collect.fs import clipped, is_live, list_dir, quoted, read_bytes, read_file
+from affmon.collect.fs import UNAVAILABLE, clipped, is_live, list_dir, quoted, read_bytes, read_file
 from affmon.core.cpuset import CpuSet, parse_cpulist
 from affmon.core.errors import ParseError
 
@@ -207,6 +209,13 @@ MASKS_KEPT = 4096  # distinct affinity masks kept to share (ProcFs._interned)
 STAT_FDS_KEPT = 256
 
 
+def _descriptor_limit() -> int:
+    """The soft limit on open files (an eighth of it at most is kept open for stat files:
+    the exporter, run with a low limit, needs its descriptors for connections)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
 def _close_all(fds: dict[int, int]) -> None:
     for fd in fds.values():
         with contextlib.suppress(OSError):
@@ -228,17 +237,19 @@ class ProcFs:
 
     def close(self) -> None:
         """Close the stat files kept open (done too when the reader is collected)."""
-        self._closer()
+        _close_all(self._stat_fds)
 
     def stats(self, pids: Iterable[int]) -> Iterator[tuple[int, bytes]]:
         """(pid, its ``stat`` file) for each of ``pids`` that could be read, in order.
-        Live, the file of each of the first ``STAT_FDS_KEPT`` processes stays open between
-        calls and is read again from its start (the kernel writes the line anew at each
-        read): one system call a process a tick instead of an open, a read and a close,
+        Live, the file of each of the first ``STAT_FDS_KEPT`` processes (an eighth of the
+        open-file limit at most) stays open between calls and is read again from its start
+        (the kernel writes the line anew at each read): one system call a process a tick
+        instead of an open, a read and a close,
         which were 5 us against 2 on a two-core VM. An open file names the process it was
         opened for, not the PID: once that process has ended it reads as ESRCH, and the PID's
         file is opened again, so a reused PID is read as the new process it is. Files of
-        PIDs not in ``pids`` (processes that ended) are closed."""
+        PIDs not in ``pids`` (processes that ended) are closed, and all of them as soon as an
+        open fails for want of descriptors."""
         if not self.live:
             for pid in pids:
                 data = self.read(pid, "stat")
@@ -246,34 +257,52 @@ class ProcFs:
                     yield pid, data
             return
         kept = self._stat_fds
+        room = min(STAT_FDS_KEPT, _descriptor_limit() // 8)
         listed = set()
         for pid in pids:
             listed.add(pid)
-            fd = kept.get(pid)
-            if fd is not None:
-                try:
-                    yield pid, os.pread(fd, 4096, 0)
-                    continue
-                except OSError:  # the process it was opened for has ended: open the PID again
-                    del kept[pid]
-                    os.close(fd)
-            path = f"/proc/{pid}/stat"
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                data = os.pread(fd, 4096, 0)
-            except OSError:
-                os.close(fd)
-                continue
-            if len(kept) < STAT_FDS_KEPT:
-                kept[pid] = fd
-            else:
-                os.close(fd)
-            yield pid, data
+            data = self._kept_stat(pid)
+            if data is None:
+                data = self._open_stat(pid, room)
+            if data is not None:
+                yield pid, data
         for pid in [p for p in kept if p not in listed]:
             os.close(kept.pop(pid))
+
+    def _kept_stat(self, pid: int) -> bytes | None:
+        fd = self._stat_fds.get(pid)
+        if fd is None:
+            return None
+        try:
+            return os.pread(fd, 4096, 0)
+        except OSError:  # the process it was opened for has ended (ESRCH): the PID is opened again
+            del self._stat_fds[pid]
+            os.close(fd)
+            return None
+
+    def _open_stat(self, pid: int, room: int) -> bytes | None:
+        path = f"/proc/{pid}/stat"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE) and self._stat_fds:
+                _close_all(self._stat_fds)  # descriptors are short: the kept ones go back first
+                return read_bytes(path)
+            if exc.errno in UNAVAILABLE:
+                return None
+            raise
+        try:
+            data = os.pread(fd, 4096, 0)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in UNAVAILABLE:
+                return None
+            raise
+        if len(self._stat_fds) < room:
+            self._stat_fds[pid] = fd
+        else:
+            os.close(fd)
+        return data
 
     def _interned(self, mask: CpuSet) -> CpuSet:
         """One object for each distinct mask: threads mostly share a few masks, and a
