@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,8 +40,19 @@ MIN_TICKS = 20
 TICK_S = 0.2
 
 
-def open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
+def open_fds() -> Counter[str]:
+    """What this process holds open, by what each descriptor names, besides the ``stat``
+    files the sampler keeps open (checked on their own: only listed PIDs') and the
+    listing's own directory (closed by the time its entry is read)."""
+    held: Counter[str] = Counter()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if not re.fullmatch(r"/proc/\d+/stat", target):
+            held[target] += 1
+    return held
 
 
 def test_sampler_and_diagnosis_under_churn() -> None:
@@ -89,6 +101,7 @@ def test_sampler_and_diagnosis_under_churn() -> None:
                     # The caches hold what exists, never the dead: every PID in them was
                     # listed by this very sample.
                     assert set(sampler._memo) <= set(listed)
+                    assert set(sampler.proc._stat_fds) <= set(listed)  # stat files kept open: the listed only
                     sampled = {(p.pid, t.tid) for p in current.processes for t in p.threads}
                     memo_threads = {(pid, tid) for pid, m in sampler._memo.items() for tid in m.threads}
                     assert memo_threads <= sampled  # threads too: only what this sample read

@@ -218,6 +218,16 @@ def test_a_static_whose_colour_alone_changes_is_redrawn():
     run(go())
 
 
+class OneStatic(App[None]):
+    def compose(self) -> ComposeResult:
+        yield QuietStatic(id="s")
+
+
+def shown(s: QuietStatic) -> list[str]:
+    """The static's lines as drawn, without trailing blanks."""
+    return ["".join(seg.text for seg in s.render_line(y)).rstrip() for y in range(s.size.height)]
+
+
 def test_a_static_repaints_only_its_lines_that_changed(monkeypatch):
     """One bar of a four-line text moved: that line is drawn again, the others are not; a
     text with another number of lines is laid out again, and shown whole."""
@@ -230,15 +240,8 @@ def test_a_static_repaints_only_its_lines_that_changed(monkeypatch):
 
     monkeypatch.setattr(QuietStatic, "render_line", counting)
 
-    class One(App[None]):
-        def compose(self) -> ComposeResult:
-            yield QuietStatic(id="s")
-
-    def shown(s: QuietStatic) -> list[str]:
-        return ["".join(seg.text for seg in s.render_line(y)).rstrip() for y in range(s.size.height)]
-
     async def go():
-        app = One()
+        app = OneStatic()
         async with app.run_test(size=(40, 10)) as pilot:
             s = app.query_one(QuietStatic)
             s.put(Text("node 0\n 0█  1·\n\nlegend"))
@@ -272,15 +275,8 @@ def test_a_static_measures_no_line_that_fits_and_wraps_or_cuts_the_others_as_ric
         splits.append(self.plain)
         return original_split(self, *args, **kwargs)
 
-    class One(App[None]):
-        def compose(self) -> ComposeResult:
-            yield QuietStatic(id="s")
-
-    def shown(s: QuietStatic) -> list[str]:
-        return ["".join(seg.text for seg in s.render_line(y)).rstrip() for y in range(s.size.height)]
-
     async def go():
-        app = One()
+        app = OneStatic()
         async with app.run_test(size=(20, 8)) as pilot:
             s = app.query_one(QuietStatic)
             await pilot.pause()
