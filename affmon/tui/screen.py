@@ -6,8 +6,9 @@ Textual's compositor renders every widget whose *clip* overlaps the changed regi
 one whole. A child of the screen is clipped by the whole screen, so when only the header's
 clock changed, every pane and the screen itself rendered all of their lines again (from
 their caches, but line by line). Measured with ``Widget.render_lines`` timed per widget
-over 40 one-second ticks with nothing watched, on the two-core VM: 0.7-0.9 ms of the UI
-thread a tick, beside 0.4 ms for the header's own line.
+over 40 one-second ticks with nothing watched, on the two-core VM: about 0.7 ms of the UI
+thread a tick (the screen 0.19, the detail pane 0.21, the footer 0.15, the process pane
+0.12, the status line 0.07), beside 0.4 ms for the header's own line.
 
 ``LeanCompositor`` renders, of each widget whose visible part (its region within its
 clip) meets the changed region, only the rows of that part within the region; the rows
