@@ -244,12 +244,12 @@ class ProcFs:
         Live, the file of each of the first ``STAT_FDS_KEPT`` processes (an eighth of the
         open-file limit at most) stays open between calls and is read again from its start
         (the kernel writes the line anew at each read): one system call a process a tick
-        instead of an open, a read and a close,
-        which were 5 us against 2 on a two-core VM. An open file names the process it was
-        opened for, not the PID: once that process has ended it reads as ESRCH, and the PID's
-        file is opened again, so a reused PID is read as the new process it is. Files of
-        PIDs not in ``pids`` (processes that ended) are closed, and all of them as soon as an
-        open fails for want of descriptors."""
+        instead of an open, a read and a close (2 us against 5 on a two-core VM). An open
+        file names the process it was opened for, not the PID: once that process has ended
+        it reads as ESRCH, and the PID's file is opened again, so a reused PID is read as the
+        new process it is. Files of PIDs not in ``pids`` (processes that ended) are closed,
+        and all of them as soon as an open fails for want of descriptors. One thread at a
+        time: the monitor's ticker, which ends before its source is closed."""
         if not self.live:
             for pid in pids:
                 data = self.read(pid, "stat")
