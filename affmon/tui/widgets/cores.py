@@ -134,12 +134,10 @@ def core_map_text(
     width: int,
     measured: bool = True,
 ) -> Text:
-    """The map as one text."""
-    text = Text("\n", no_wrap=True, overflow="ellipsis").join(
+    """The map as one text (a join keeps its separator's ``no_wrap`` and ``overflow``)."""
+    return Text("\n", no_wrap=True, overflow="ellipsis").join(
         core_map_lines(groups, p, job_colors, selected, width, measured)
     )
-    text.no_wrap, text.overflow = True, "ellipsis"
-    return text
 
 
 class CoreMap(QuietStatic):
