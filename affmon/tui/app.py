@@ -24,7 +24,6 @@ they mean the same (F1, F6, F10, Enter); F9/k say that affmon kills nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -34,12 +33,10 @@ from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, VerticalScroll
-from textual.css.query import NoMatches
 from textual.driver import Driver
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Input
 
 from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
@@ -59,14 +56,9 @@ from affmon.tui.model.monitor import HISTORY_LEN, Monitor
 from affmon.tui.model.table import SORT_COLUMNS, TableOptions, next_sort, process_key, table_rows
 from affmon.tui.model.views import ProcessRow, View, thread_rows
 from affmon.tui.palette import Palette, palette
+from affmon.tui.panes import Panes
 from affmon.tui.pinner import Pinner
 from affmon.tui.ticker import Ticker
-from affmon.tui.widgets.cores import CoreMap
-from affmon.tui.widgets.detail import DetailText, ProcessPlot, ThreadTable
-from affmon.tui.widgets.gpus import GpuPanel, GpuPlot
-from affmon.tui.widgets.header import HeaderBar
-from affmon.tui.widgets.processes import ProcessTable
-from affmon.tui.widgets.quiet import QuietStatic
 
 FIRST_INTERVAL_S = 0.5  # live: the first view covers this interval, then --interval
 MIN_DELAY_S = 0.01  # a tick that overran starts the next this soon
@@ -162,6 +154,7 @@ class AffmonApp(App[None]):
         self._note = ""
         self._palette: Palette | None = None
         self._panes_shown: tuple[object, ...] | None = None  # what the side panes were last built from
+        self.panes = Panes()
         if autostart and isinstance(source, LiveSource):
             # The first sample is read while Textual starts (CSS, layout: a few hundred ms),
             # if the caller has not started it already: the first tick takes it.
@@ -180,24 +173,7 @@ class AffmonApp(App[None]):
     # -- layout ---------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield HeaderBar(id="header")
-        yield QuietStatic(id="banner")
-        with Horizontal(id="gpu-row"):
-            yield GpuPanel(id="gpus")
-            yield GpuPlot(id="gpu-plot")
-        with Horizontal(id="main"):
-            yield QuietStatic(id="empty")
-            yield ProcessTable(id="processes")
-            with VerticalScroll(id="cores-pane"):  # arrows scroll it once Tab gives it focus
-                yield CoreMap(id="cores")
-        with Horizontal(id="detail"):
-            with VerticalScroll(id="detail-text-pane"):
-                yield DetailText(id="detail-text")
-            yield ThreadTable(id="threads")
-            yield ProcessPlot(id="proc-plot")
-        yield QuietStatic(id="status")
-        yield Input(placeholder="filter: PID, name, command, user or finding code", id="filter")
-        yield Footer()
+        yield from self.panes.compose()
 
     @property
     def pal(self) -> Palette:
@@ -208,17 +184,17 @@ class AffmonApp(App[None]):
     @property
     def main_screen(self) -> Screen[object]:
         """The screen the panes are on (``self.screen`` is a dialog while one is open)."""
-        return self.query_one("#main").screen
+        return self.panes.main.screen
 
     def on_mount(self) -> None:
-        self.query_one("#gpu-row").border_title = "GPUs"
-        self.query_one("#main").border_title = "Processes"
-        self.query_one("#cores-pane").border_title = "Core map"
-        self.query_one("#banner").display = self.demo
-        self.query_one("#empty").display = False
-        self.query_one("#detail").border_title = "Selected process"
-        self.query_one(HeaderBar).show(None, paused=False, palette=self.pal, loading="taking the first samples…")
-        self.query_one(ProcessTable).focus()
+        self.panes.gpu_row.border_title = "GPUs"
+        self.panes.main.border_title = "Processes"
+        self.panes.cores_pane.border_title = "Core map"
+        self.panes.banner.display = self.demo
+        self.panes.empty.display = False
+        self.panes.detail.border_title = "Selected process"
+        self.panes.header.show(None, paused=False, palette=self.pal, loading="taking the first samples…")
+        self.panes.table.focus()
         self._show_status()
         if self.autostart:
             self.tick()
@@ -294,7 +270,7 @@ class AffmonApp(App[None]):
     def _show_view(self, view: View) -> None:
         self.view = view
         self._error = None
-        with contextlib.suppress(NoMatches):  # a tick that lands while the app closes: its widgets are gone
+        if self.panes.main.is_attached:  # not so for a tick that lands while the app closes
             self._render_view()
 
     # -- rendering ------------------------------------------------------------------
@@ -308,12 +284,12 @@ class AffmonApp(App[None]):
             return
         p = self.pal
         with self.batch_update():
-            self.query_one(HeaderBar).show(view.header, paused=self.paused, palette=p)
+            self.panes.header.show(view.header, paused=self.paused, palette=p)
             # No GPU (no NVML, or none found): the header says so; the panel's lines go to the table.
-            self.query_one("#gpu-row").set_class(not view.gpus, "-none")  # a class: Enter's zoom hides it too
-            self.query_one(GpuPanel).show(view.gpus, p, view.header.nvml_status)
-            self.query_one(GpuPlot).show(view.gpu_history, p)  # drawn only where it can be seen
-            table = self.query_one(ProcessTable)
+            self.panes.gpu_row.set_class(not view.gpus, "-none")  # a class: Enter's zoom hides it too
+            self.panes.gpus.show(view.gpus, p, view.header.nvml_status)
+            self.panes.gpu_plot.show(view.gpu_history, p)  # drawn only where it can be seen
+            table = self.panes.table
             rows = table_rows(view, self.options)
             select = self._pending_select
             o = self.options
@@ -331,8 +307,8 @@ class AffmonApp(App[None]):
         return empty_message(view, self.options, self.watched_pid)
 
     def _show_empty(self, view: View, has_rows: bool) -> None:
-        empty = self.query_one("#empty", QuietStatic)
-        table = self.query_one(ProcessTable)
+        empty = self.panes.empty
+        table = self.panes.table
         if has_rows:
             if empty.display:
                 empty.display, table.display = False, True
@@ -345,12 +321,12 @@ class AffmonApp(App[None]):
         rank = view.jobs[0] if view.jobs else None
         row = view.process(rank) if rank is not None else None
         self.demo_state = next_state(self.demo_state, rank, row.mask if row else None, view.header.finished)
-        self.query_one("#banner", QuietStatic).put(Text(demo_banner(self.demo_state)))
+        self.panes.banner.put(Text(demo_banner(self.demo_state)))
 
     def _size_panes(self, table_rows: int) -> None:
         """The process pane as tall as its content, the detail pane the rest (``pane_heights``)."""
-        main = self.query_one("#main")
-        detail = self.query_one("#detail")
+        main = self.panes.main
+        detail = self.panes.detail
         height: int | None = None
         # The breakpoints decide whether the detail pane shows: read from the size, since the
         # screen's classes follow a resize only after this app's own resize handler.
@@ -361,12 +337,12 @@ class AffmonApp(App[None]):
                 if w.display and w is not main and w is not detail and w.id != "filter"
             )
             available = self.size.height - others
-            cores = self.query_one(CoreMap)
-            side = cores.wrapped_lines(cores.size.width) if self.query_one("#cores-pane").display else 0
-            text = self.query_one(DetailText)
+            cores = self.panes.cores
+            side = cores.wrapped_lines(cores.size.width) if self.panes.cores_pane.display else 0
+            text = self.panes.detail_text
             wanted = text.wrapped_lines(text.size.width or 60)
-            if self.query_one(ThreadTable).display:
-                wanted = max(wanted, min(self.query_one(ThreadTable).row_count + 1, 10))
+            if self.panes.threads.display:
+                wanted = max(wanted, min(self.panes.threads.row_count + 1, 10))
             least = PLOT_DETAIL_ROWS if self.size.height >= TALL_FROM_ROWS else DETAIL_MIN_ROWS
             height = pane_heights(available, table_rows, side, wanted, least)
         if height != self._main_height:
@@ -374,11 +350,11 @@ class AffmonApp(App[None]):
             main.styles.height = height if height is not None else "1fr"
 
     def on_resize(self) -> None:
-        footer = self.query_one(Footer)
+        footer = self.panes.footer
         narrow = self.size.width < FOOTER_COMPACT_BELOW
         footer.compact, footer.show_command_palette = narrow, not narrow
         if self.view is not None:
-            rows = len(self.query_one(ProcessTable)._keys)
+            rows = len(self.panes.table._keys)
             self._size_panes(rows)
             self.call_after_refresh(self._size_panes, rows)  # again once the panes have their new sizes
 
@@ -392,14 +368,14 @@ class AffmonApp(App[None]):
         if view is None:
             return
         # A cursor event can arrive while the screen is torn down (quitting): nothing to show then.
-        with contextlib.suppress(NoMatches):
+        if self.panes.main.is_attached:
             self._show_selection(view)
 
     def _show_selection(self, view: View) -> None:
-        key = self.query_one(ProcessTable).selected_key
+        key = self.panes.table.selected_key
         if key is not None:
             self.selected_pid = int(key.split(":")[1])
-        detail = self.query_one("#detail")
+        detail = self.panes.detail
         shown = (view, self.selected_pid, detail.display)
         if self._panes_shown is not None and view is self._panes_shown[0] and shown[1:] == self._panes_shown[1:]:
             self._show_status()
@@ -407,13 +383,13 @@ class AffmonApp(App[None]):
         self._panes_shown = shown
         row = self.selected_row()
         p = self.pal
-        self.query_one(CoreMap).show(view.cores, p, self._job_colors(view), row, view.measured)
+        self.panes.cores.show(view.cores, p, self._job_colors(view), row, view.measured)
         if detail.display:
             pid = row.pid if row else None
             findings = view.findings_of(pid) if pid is not None else ()
-            self.query_one(DetailText).show(row, findings, p, view.measured)
-            self.query_one(ThreadTable).show(thread_rows(view.snapshot, pid) if pid is not None else (), p)
-            self.query_one(ProcessPlot).show(pid, view.process_history)
+            self.panes.detail_text.show(row, findings, p, view.measured)
+            self.panes.threads.show(thread_rows(view.snapshot, pid) if pid is not None else (), p)
+            self.panes.proc_plot.show(pid, view.process_history)
             title = f"Selected process {pid}" if pid else "Selected process"
             if detail.border_title != title:
                 detail.border_title = title
@@ -447,7 +423,7 @@ class AffmonApp(App[None]):
             status.append(" · ")
             status.append(worst.code, style=p.severity(worst.severity))
             status.append(f": {term_safe(worst.message)}")
-        self.query_one("#status", QuietStatic).put(status)
+        self.panes.status.put(status)
 
     # -- actions --------------------------------------------------------------------
 
@@ -517,7 +493,7 @@ class AffmonApp(App[None]):
         elif self.autostart:
             self.tick()
         if self.view is not None:
-            self.query_one(HeaderBar).show(self.view.header, paused=self.paused, palette=self.pal)
+            self.panes.header.show(self.view.header, paused=self.paused, palette=self.pal)
         self._show_status()
 
     def action_help(self) -> None:
@@ -526,7 +502,7 @@ class AffmonApp(App[None]):
         self.push_screen(HelpScreen())
 
     def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self.panes.filter
         box.value = self.options.filter_text
         box.display = True
         box.focus()
@@ -539,18 +515,18 @@ class AffmonApp(App[None]):
 
     @on(Input.Submitted, "#filter")
     def _filter_done(self, _: Input.Submitted) -> None:
-        self.query_one("#filter", Input).display = False
-        self.query_one(ProcessTable).focus()
+        self.panes.filter.display = False
+        self.panes.table.focus()
 
     def action_clear_filter(self) -> None:
         if self.main_screen.has_class("-zoom"):  # Esc leaves the full-size detail first
             self.action_toggle_detail()
             return
-        box = self.query_one("#filter", Input)
+        box = self.panes.filter
         if box.display or self.options.filter_text:
             box.value = ""  # Input.Changed clears the filter
             box.display = False
-            self.query_one(ProcessTable).focus()
+            self.panes.table.focus()
 
     def action_repin(self) -> None:
         view = self.view

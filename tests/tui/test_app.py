@@ -14,6 +14,7 @@ from affmon.tui.app import AffmonApp
 from affmon.tui.help import HelpScreen
 from affmon.tui.screens import PinScreen, UndoScreen
 from affmon.tui.widgets.detail import DetailText
+from affmon.tui.widgets.header import HeaderBar
 from affmon.tui.widgets.processes import ProcessTable
 from tests.recordings import load
 from tests.tui.helpers import FakePinner, ListSource, list_app, play, replay_app, step
@@ -30,7 +31,10 @@ def table(app: AffmonApp) -> ProcessTable:
 
 
 def shown_text(app: AffmonApp, selector: str) -> str:
-    widget = app.screen.query_one(selector, Static)
+    widget = app.screen.query_one(selector)
+    if isinstance(widget, HeaderBar):  # a line of three pieces: the whole line
+        return widget.text.plain
+    assert isinstance(widget, Static)
     return str(widget.render())
 
 

@@ -507,8 +507,14 @@ def test_ticks_that_change_no_line_count_lay_out_nothing(monkeypatch):
 
     monkeypatch.setattr(Screen, "_refresh_layout", counting)
 
+    _, recorded = load("hogs")
+    span = recorded[-1].monotonic_s - recorded[0].monotonic_s + 1.0
+    later = [
+        dataclasses.replace(s, monotonic_s=s.monotonic_s + span, wall_time_s=s.wall_time_s + span) for s in recorded
+    ]
+
     async def go():
-        app = list_app("hogs")
+        app = list_app("hogs", [*recorded, *later])  # more samples than the ticks: the source does not end
         async with app.run_test(size=(140, 40)) as pilot:
             await step(app, pilot)  # two samples: the first view
             await pilot.press("slash", "z", "q", "x", "enter")

@@ -80,8 +80,8 @@ class QuietStatic(Static):
                 return
         self._source, self._shown = source, shown
         width = self.size.width
-        if width <= 0 or self._lines_width != width:
-            self._relayout()
+        if width <= 0 or self._lines_width != width or (self._auto_width() and self._widest(source) != width):
+            self._relayout()  # (a widget as wide as its text: a text of another width resizes it)
             return
         lines = self._wrap(source, width)
         if len(lines) != len(self._lines):
@@ -134,10 +134,16 @@ class QuietStatic(Static):
         self._lines_width = -1
         self._strips.clear()
 
+    def _auto_width(self) -> bool:
+        width = self.styles.width
+        return width is not None and width.is_auto
+
+    @staticmethod
+    def _widest(source: Sequence[Text]) -> int:
+        return max((cell_len(line.plain) for line in source), default=0)
+
     def get_content_width(self, container: Size, viewport: Size) -> int:
-        if self._source is None:
-            return 0
-        return max((cell_len(line.plain) for line in self._source), default=0)
+        return 0 if self._source is None else self._widest(self._source)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self._lines_at(width))
