@@ -268,3 +268,32 @@ def test_the_header_says_when_a_live_monitor_falls_behind_its_interval():
     assert "every 1.5 s, not 1 s: falling behind" in texts and "every 1 s" not in texts
     assert header_after(1.05).lagging_interval_s is None  # within a fifth: on time
     assert header_after(1.5, source="replay x").lagging_interval_s is None
+
+
+def test_a_pause_is_not_taken_for_falling_behind():
+    """The interval that spans a pause is left out of the pace: on time before and after
+    a 30 s pause, the header does not say "falling behind" (it does when the pause is
+    not announced, which is what a slow tick looks like)."""
+    import dataclasses
+
+    from affmon.sources.stream import SourceInfo
+    from affmon.tui.model.monitor import LAG_WINDOW, Monitor
+
+    header, samples = load("clean")
+    base = samples[0]
+
+    def after_pause(announced: bool):
+        m = Monitor(header.topology, SourceInfo("h", None, 1.0, "live"))
+        at = base.monotonic_s
+        views = []
+        for k in range(2 * LAG_WINDOW):
+            if k == LAG_WINDOW:
+                at += 30.0
+                if announced:
+                    m.resumed()
+            at += 1.0
+            views.append(m.feed(dataclasses.replace(base, monotonic_s=at)))
+        return [v.header.lagging_interval_s for v in views[LAG_WINDOW:]]
+
+    assert after_pause(announced=True) == [None] * LAG_WINDOW
+    assert all(lag is not None and lag > 3 for lag in after_pause(announced=False))

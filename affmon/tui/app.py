@@ -490,8 +490,10 @@ class AffmonApp(App[None]):
         self.paused = not self.paused
         if self.paused:
             self._ticker.cancel()  # a tick under way still lands
-        elif self.autostart:
-            self.tick()
+        else:
+            self.monitor.resumed()
+            if self.autostart:
+                self.tick()
         if self.view is not None:
             self.panes.header.show(self.view.header, paused=self.paused, palette=self.pal)
         self._show_status()

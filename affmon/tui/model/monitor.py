@@ -79,6 +79,7 @@ class Monitor:
         self._proc: dict[tuple[int, int], tuple[_Ring, _Ring]] = {}
         self._loop: dict[tuple[int, int], tuple[_Ring, ...]] = {}  # the plotted shares, then GPU busy
         self._intervals: deque[float] = deque(maxlen=LAG_WINDOW)
+        self._paused_interval = False  # the next interval spans a pause: not the monitor's pace
         self._window: deque[Snapshot] = deque(maxlen=PIN_WINDOW)
         self.recent: tuple[Snapshot, ...] = ()  # the last PIN_WINDOW snapshots, oldest first
 
@@ -94,7 +95,10 @@ class Monitor:
         findings = self.state.findings
         jobs = list(self.state.jobs)
         loops = self.state.loops
-        self._intervals.append(snapshot.interval_s)
+        if self._paused_interval:
+            self._paused_interval = False
+        else:
+            self._intervals.append(snapshot.interval_s)
         self._window.append(snapshot)
         self.recent = tuple(self._window)
         now = sample.monotonic_s
@@ -231,6 +235,12 @@ class Monitor:
             notice=info.notice,
             lagging_interval_s=self._lagging(),
         )
+
+    def resumed(self) -> None:
+        """The ticks start again after a pause: the interval that closes next spans the
+        pause, which says nothing of the pace the monitor keeps (without this, the header
+        said "falling behind" for ten ticks after every pause)."""
+        self._paused_interval = True
 
     def _lagging(self) -> float | None:
         """The interval the monitor really keeps, when a live one falls behind the one asked
