@@ -29,7 +29,7 @@ from affmon.tui.widgets.processes import ProcessTable
 from affmon.tui.widgets.quiet import QuietStatic
 from tests.recordings import load
 from tests.recordings import monitor as recorded_monitor
-from tests.tui.helpers import FakePinner, ListSource, play, replay_app
+from tests.tui.helpers import FakePinner, ListSource, play, replay_app, step
 
 SIZE = (160, 48)
 
@@ -527,5 +527,66 @@ def test_ticks_that_change_no_line_count_lay_out_nothing(monkeypatch):
             await pilot.pause()
             assert app.monitor.samples_seen == ticks + 2  # the ticks happened
             assert layouts == []
+
+    run(go())
+
+
+def test_a_tick_that_moves_only_the_clock_redraws_only_the_clock(monkeypatch):
+    """The header is three pieces (before the clock, the clock, after it) and keeps them
+    while nothing but the clock changes: a tick whose sample cost another millisecond or
+    read other threads, where that reading does not fit the line, changes the clock alone. At
+    every width and for every change the line shown is the one the header's segments fit
+    to that width, as if laid out afresh."""
+    from affmon.tui.widgets import header as header_module
+    from affmon.tui.widgets.header import fit, header_segments
+    from affmon.tui.widgets.quiet import QuietStatic
+    from affmon.tui.widgets.sametext import same_text
+
+    puts: list[str | None] = []
+    original = QuietStatic.put
+
+    def counting(self, content):  # the pieces whose text a put changed
+        before = self.render()
+        original(self, content)
+        if not same_text(before, self.render()):
+            puts.append(self.id)
+
+    laid_out: list[int] = []
+
+    def laying_out(*args, **kwargs):
+        laid_out.append(1)
+        return header_segments(*args, **kwargs)
+
+    def expected(app, header, width: int) -> str:
+        clock = time.strftime("%H:%M:%S", time.localtime(header.wall_time_s))
+        segments = fit(header_segments(header, paused=False, clock_text=clock), width - 4)
+        return "  │  ".join(text for _, text, _ in segments)
+
+    async def go():
+        app = replay_app("hogs")
+        async with app.run_test(size=(140, 40)) as pilot:
+            await step(app, pilot, 2)
+            bar = app.panes.header
+            first = app.view.header
+            for width in (140, 260, 90):
+                await pilot.resize_terminal(width, 40)
+                await pilot.pause()
+                for k, (cost_s, threads) in enumerate([(0.0011, 40), (0.0019, 41), (0.0123, 41), (0.0011, 4000)]):
+                    header = dataclasses.replace(
+                        first, wall_time_s=first.wall_time_s + 60 * width + k, sample_cost_s=cost_s, threads=threads
+                    )
+                    puts.clear()
+                    laid_out.clear()
+                    monkeypatch.setattr(QuietStatic, "put", counting)
+                    monkeypatch.setattr(header_module, "header_segments", laying_out)
+                    bar.show(header, paused=False, palette=app.pal)
+                    monkeypatch.setattr(QuietStatic, "put", original)
+                    monkeypatch.setattr(header_module, "header_segments", header_segments)
+                    await pilot.pause()
+                    assert bar.text.plain == expected(app, header, width)
+                    if width == 140 and k == 1:  # a millisecond more, a thread more: not on this line
+                        assert puts == ["header-clock"] and laid_out == []  # nor laid out again
+                    if width == 260 and k:  # the reading is on the line: the clock and what follows it
+                        assert "read in" in bar.text.plain and set(puts) <= {"header-clock", "header-tail"}
 
     run(go())

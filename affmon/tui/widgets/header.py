@@ -19,6 +19,7 @@ from affmon.tui.widgets.quiet import QuietStatic
 
 SEPARATOR = "  │  "
 CLOCK = "clock"  # the clock segment's role
+READING = "reading"  # the role of what the last sample read (muted)
 
 
 def _plural(n: int, word: str) -> str:
@@ -29,10 +30,15 @@ def nvml_ok(status: str | None) -> bool:
     return bool(status) and str(status).startswith("NVML:")
 
 
+def reading(h: HeaderView) -> str:
+    """What the last sample read and what it cost (the segment dropped first)."""
+    return f"{h.threads} threads in {h.processes} processes, read in {h.sample_cost_s * 1000:.0f} ms"
+
+
 def header_segments(h: HeaderView, *, paused: bool, clock_text: str) -> list[tuple[int, str, str]]:
     """(priority, text, style role) segments, in screen order; lower priority is dropped
-    first. Roles: "title", "", "muted", "warning", "error", and ``CLOCK`` (muted, drawn
-    by a widget of its own)."""
+    first. Roles: "title", "", "muted", "warning", "error", ``READING`` (muted) and
+    ``CLOCK`` (muted, drawn by a widget of its own)."""
     segments: list[tuple[int, str, str]] = [(9, "affmon", "title"), (8, term_safe(h.host), "")]
     segments.append(
         (
@@ -60,9 +66,7 @@ def header_segments(h: HeaderView, *, paused: bool, clock_text: str) -> list[tup
     # 140 columns without NVML its warning leaves room for one of them). A replay's position
     # says more than its recorded time.
     segments.append((6 if h.source == "live" else 4, clock_text, CLOCK))
-    segments.append(
-        (1, f"{h.threads} threads in {h.processes} processes, read in {h.sample_cost_s * 1000:.0f} ms", "muted")
-    )
+    segments.append((1, reading(h), READING))
     if paused:
         segments.append((10, "PAUSED", "error"))
     return segments
@@ -90,8 +94,9 @@ class HeaderBar(Horizontal):
     """
 
     _last: tuple[HeaderView | None, bool, Palette, str] | None = None
-    _laid_out: tuple[HeaderView, str, bool, Palette, int] | None = None  # what the pieces were laid out for
+    _laid_out: tuple[HeaderView, str | int, bool, Palette, int] | None = None  # what the pieces were laid out for
     _clock_shown = False
+    _reading_shown = False
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -121,9 +126,17 @@ class HeaderBar(Horizontal):
             return
         clock_text = time.strftime("%H:%M:%S", time.localtime(header.wall_time_s))
         width = max(20, self.size.width - 2)
-        # All but the clock as at the last tick (a quiet machine's usual tick): only the clock is new.
-        cost_ms = f"{header.sample_cost_s * 1000:.0f}"  # as the header writes it
-        key = (dataclasses.replace(header, wall_time_s=0.0, sample_cost_s=0.0), cost_ms, paused, palette, width)
+        # All but the clock as at the last tick (a quiet machine's usual tick): only the clock
+        # is new. What the sample read changes most ticks (its cost in ms, the count of
+        # threads); where it did not fit the line, only its length can change what fits.
+        read = reading(header)
+        key = (
+            dataclasses.replace(header, wall_time_s=0.0, sample_cost_s=0.0, threads=0, processes=0),
+            read if self._reading_shown else len(read),
+            paused,
+            palette,
+            width,
+        )
         if key == self._laid_out:
             if self._clock_shown:
                 clock.put(Text(clock_text, style=palette.muted))
@@ -135,6 +148,7 @@ class HeaderBar(Horizontal):
             "muted": palette.muted,
             "warning": f"bold {palette.warning}",
             "error": f"bold reverse {palette.error}",
+            READING: palette.muted,
             "": "",
         }
         texts = [Text(), Text(), Text()]  # before the clock, the clock, after it
@@ -149,5 +163,6 @@ class HeaderBar(Horizontal):
                 texts[piece].append(SEPARATOR, style=palette.disabled)
             texts[piece].append(part, style=styles[role])
         self._clock_shown = piece == 2
+        self._reading_shown = any(role == READING for _, _, role in segments)
         for widget, text in zip(self._pieces, texts, strict=True):
             widget.put(text)
