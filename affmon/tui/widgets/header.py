@@ -130,19 +130,14 @@ class HeaderBar(Horizontal):
         # is new. What the sample read changes most ticks (its cost in ms, the count of
         # threads); where it did not fit the line, only its length can change what fits.
         read = reading(header)
-        key = (
-            dataclasses.replace(header, wall_time_s=0.0, sample_cost_s=0.0, threads=0, processes=0),
-            read if self._reading_shown else len(read),
-            paused,
-            palette,
-            width,
-        )
-        if key == self._laid_out:
+        rest = dataclasses.replace(header, wall_time_s=0.0, sample_cost_s=0.0, threads=0, processes=0)
+        if self._laid_out == (rest, read if self._reading_shown else len(read), paused, palette, width):
             if self._clock_shown:
                 clock.put(Text(clock_text, style=palette.muted))
             return
-        self._laid_out = key
         segments = fit(header_segments(header, paused=paused, clock_text=clock_text), width)
+        self._reading_shown = any(role == READING for _, _, role in segments)
+        self._laid_out = (rest, read if self._reading_shown else len(read), paused, palette, width)
         styles = {
             "title": "bold",
             "muted": palette.muted,
@@ -154,15 +149,13 @@ class HeaderBar(Horizontal):
         texts = [Text(), Text(), Text()]  # before the clock, the clock, after it
         piece = 0
         for i, (_, part, role) in enumerate(segments):
+            if i:
+                texts[piece].append(SEPARATOR, style=palette.disabled)  # the clock's goes before it
             if role == CLOCK:
-                texts[0].append(SEPARATOR if i else "", style=palette.disabled)
                 texts[1].append(part, style=palette.muted)
                 piece = 2
-                continue
-            if i:
-                texts[piece].append(SEPARATOR, style=palette.disabled)
-            texts[piece].append(part, style=styles[role])
+            else:
+                texts[piece].append(part, style=styles[role])
         self._clock_shown = piece == 2
-        self._reading_shown = any(role == READING for _, _, role in segments)
         for widget, text in zip(self._pieces, texts, strict=True):
             widget.put(text)
