@@ -249,7 +249,7 @@ def test_the_header_says_when_a_live_monitor_falls_behind_its_interval():
 
     from affmon.sources.stream import SourceInfo
     from affmon.tui.model.monitor import LAG_WINDOW, Monitor
-    from affmon.tui.widgets.header import header_segments
+    from affmon.tui.model.header_line import header_segments
 
     header, samples = load("clean")
     base = samples[0]

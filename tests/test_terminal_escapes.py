@@ -47,7 +47,7 @@ from affmon.tui.screens import pin_result_text, proposal_text, undo_result_text
 from affmon.tui.widgets.cores import core_map_text
 from affmon.tui.widgets.detail import ThreadTable, detail_text
 from affmon.tui.widgets.gpus import gpu_line
-from affmon.tui.widgets.header import header_segments
+from affmon.tui.model.header_line import header_segments
 from affmon.tui.widgets.processes import process_cells, thread_cells
 from tests.live import usable_cpus, workload
 from tests.recordings import load

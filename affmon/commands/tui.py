@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 from collections.abc import Callable
 
@@ -73,16 +74,37 @@ def cmd_tui(args: argparse.Namespace) -> int:
             "for text use `affmon snapshot` or `affmon diagnose`\n"
         )
         return EXIT_USAGE
+    early = None
+    first = None
     if isinstance(source, LiveSource):
-        source.read_ahead()  # the first sample, while Textual loads (a few hundred ms)
-    import_asyncio_without_tls()
-    from affmon.tui.app import AffmonApp
+        # The first sample, shown as plain text before Textual loads (a few hundred ms of
+        # CPU, a second and more on a loaded machine); Textual's screen then draws over it.
+        from affmon.tui.first_frame import EarlyScreen, first_view, frame_lines
 
-    focus = args.tui_pid[0] if args.tui_pid else None
+        source.read_ahead()
+        first = first_view(source)
+        terminal = sys.__stderr__  # where Textual's driver draws
+        if first is not None and terminal is not None and terminal.isatty():
+            early = EarlyScreen(terminal.fileno())
+            width, height = os.get_terminal_size(terminal.fileno())
+            early.draw(frame_lines(first, width, height, args.tui_pid[0] if args.tui_pid else None))
     try:
+        import_asyncio_without_tls()
+        from affmon.tui.app import AffmonApp
+
+        focus = args.tui_pid[0] if args.tui_pid else None
         AffmonApp(
-            source, pinner, interval, focus_pid=focus, restart=restart, demo=bool(getattr(args, "demo", False))
+            source,
+            pinner,
+            interval,
+            focus_pid=focus,
+            restart=restart,
+            demo=bool(getattr(args, "demo", False)),
+            first_view=first,
+            early=early,
         ).run()
     finally:
+        if early is not None:
+            early.close()
         source.close()
     return 0

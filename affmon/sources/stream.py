@@ -115,6 +115,13 @@ class LiveSource:
 
         threading.Thread(target=read, name="affmon-read-ahead", daemon=True).start()
 
+    def first_sample(self) -> Sample:
+        """The sample read ahead (started now if it was not), waited for; ``next_sample``
+        still returns it. Raises what its reading raised."""
+        self.read_ahead()
+        assert self._ahead is not None
+        return self._ahead.result()
+
     def next_sample(self) -> Sample:
         ahead, self._ahead = self._ahead, None
         if ahead is not None:

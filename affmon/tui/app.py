@@ -43,6 +43,7 @@ from affmon.core.fmt import term_safe
 from affmon.core.samples import Sample
 from affmon.sources.stream import LiveSource, Source
 from affmon.tui.demo import DemoState, demo_banner, next_state
+from affmon.tui.first_frame import EarlyScreen
 from affmon.tui.layout import (
     DETAIL_FROM_ROWS,
     DETAIL_MIN_ROWS,
@@ -124,12 +125,19 @@ class AffmonApp(App[None]):
         history_len: int = HISTORY_LEN,
         restart: Callable[[], Source] | None = None,
         demo: bool = False,
+        first_view: View | None = None,
+        early: EarlyScreen | None = None,
     ) -> None:
         """``interval``: seconds between ticks (None: the source's pace, a replay's
         recorded one divided by its speed). ``autostart`` False: no tick runs until
         ``tick()`` is called (tests step through a recording). ``restart``: makes the
         source again from its start (a replay: R plays it again). ``demo``: the packaged
-        recording, with a banner that says what it shows."""
+        recording, with a banner that says what it shows. ``first_view``: the live
+        source's first sample as ``Monitor.first_look`` shows it, made already (the
+        first frame drawn before Textual loaded): shown as soon as the screen is up.
+        ``early``: that frame's screen, which the terminal driver takes over."""
+        self._first_view = first_view
+        self._early = early  # before Textual's __init__, which asks for the driver's class
         super().__init__()
         self.restart_source = restart
         self.demo = demo
@@ -168,7 +176,7 @@ class AffmonApp(App[None]):
     def get_driver_class(self) -> type[Driver]:
         from affmon.tui.driver import driver_class
 
-        return driver_class(super().get_driver_class())
+        return driver_class(super().get_driver_class(), self._early)
 
     # -- layout ---------------------------------------------------------------------
 
@@ -195,6 +203,8 @@ class AffmonApp(App[None]):
         self.panes.detail.border_title = "Selected process"
         self.panes.header.show(None, paused=False, palette=self.pal, loading="taking the first samples…")
         self.panes.table.focus()
+        if self._first_view is not None:
+            self._show_view(self._first_view)
         self._show_status()
         if self.autostart:
             self.tick()
@@ -234,7 +244,7 @@ class AffmonApp(App[None]):
             if sample is None:
                 return None
             view = self.monitor.feed(sample, self.source.expected_masks(), finished=self.source.exhausted)
-            if view is None and live and self.monitor.samples_seen == 1:
+            if view is None and live and self.monitor.samples_seen == 1 and self._first_view is None:
                 view = self.monitor.first_look(sample)
             if view is not None:
                 return view

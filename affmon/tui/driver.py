@@ -24,13 +24,18 @@ import os
 import selectors
 import threading
 from codecs import getincrementaldecoder
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual._parser import ParseError
 from textual._time import get_time
 from textual._xterm_parser import XTermParser
 from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
+
+if TYPE_CHECKING:
+    from affmon.tui.first_frame import EarlyScreen
+
+ALT_SCREEN = "\x1b[?1049h"  # what LinuxDriver writes to switch to the alternate screen
 
 
 class _WakingEvent(threading.Event):
@@ -60,11 +65,26 @@ def select_timeout(deadline: float | None, now: float) -> float | None:
 
 
 class QuietLinuxDriver(LinuxDriver):
+    early: ClassVar[EarlyScreen | None] = None  # the first frame's screen, taken over at start
+    _skip_alt_screen = False
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.exit_event = _WakingEvent(self._wake_write)
         self.input_wakeups = 0  # times the input thread woke (a figure for tests)
+
+    def start_application_mode(self) -> None:
+        # The first frame put the terminal on the alternate screen already (the shell's
+        # cursor saved): switching again would save the alternate screen's cursor over it.
+        self._skip_alt_screen = self.early is not None and self.early.hand_over()
+        super().start_application_mode()  # type: ignore[no-untyped-call]
+
+    def write(self, data: str) -> None:
+        if self._skip_alt_screen and data == ALT_SCREEN:
+            self._skip_alt_screen = False
+            return
+        super().write(data)
 
     def close(self) -> None:
         super().close()
@@ -114,8 +134,14 @@ class QuietLinuxDriver(LinuxDriver):
                 pass
 
 
-def driver_class(chosen: type[Driver]) -> type[Driver]:
-    """``QuietLinuxDriver`` in place of Textual's ``LinuxDriver``; any other choice as it is."""
+def driver_class(chosen: type[Driver], early: EarlyScreen | None = None) -> type[Driver]:
+    """``QuietLinuxDriver`` in place of Textual's ``LinuxDriver``; any other choice as it
+    is. ``early``: the first frame's screen, which the quiet driver takes over as it is;
+    another driver switches screens itself, so the first frame's screen is closed first."""
     if chosen is not LinuxDriver or not hasattr(os, "pipe2") or not hasattr(XTermParser(), "_timeout_time"):
+        if early is not None:
+            early.close()
         return chosen
-    return QuietLinuxDriver
+    if early is None:
+        return QuietLinuxDriver
+    return type("QuietLinuxDriver", (QuietLinuxDriver,), {"early": early})

@@ -27,9 +27,13 @@ Measured for each over that window:
 * the first frame with data (``--first-frames``, 5 launches a run, before the window):
   both tools launched together (one ``tmux new-session`` after the other, the order
   alternating), each timed from its own launch until its pane shows data: for affmon the
-  clock on its header or a process row in its table (a PID after the table's border), for
-  htop a line of its process list (PID, user, priority, nice). Panes are read every
-  ``FIRST_POLL_S``; the figure is the median of the launches and its ratio.
+  clock on its header or a process row (in its table, after the border, or in the plain
+  first frame it draws before Textual has loaded), for htop a line of its process list
+  (PID, user, priority, nice). Panes are read every ``FIRST_POLL_S``; the figure is the
+  median of the launches and its ratio. Also timed: affmon's full screen (Textual's, its
+  footer of keys on it), when keys start to work. affmon's bytecode is compiled first, as
+  ``pip install`` does (with ``PYTHONDONTWRITEBYTECODE`` set, a checkout would compile
+  every module from source at every launch).
 
 ``--glances PATH`` runs glances (``PATH -t 1``: a 1 s refresh, its default screen) in a
 third pane through the same window, for its CPU and RSS beside affmon's (glances is on
@@ -52,6 +56,7 @@ ratios. Needs tmux and htop (Debian: ``apt-get install tmux htop``).
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import re
 import shutil
@@ -84,7 +89,9 @@ WIDTH, HEIGHT = 140, 40
 # affmon: the first HH:MM:SS on its header (the first line drawn); htop: its uptime meter.
 AFFMON_CLOCK = re.compile(r"\b(\d\d:\d\d:\d\d)\b")
 HTOP_CLOCK = re.compile(r"Uptime: ((?:\d+ days?, )?\d\d:\d\d:\d\d)")
-AFFMON_ROW = re.compile(r"^[│┃|]\s*\d+ +\S")  # the process table's border, then a PID and a name
+# the process table's border, then a PID and a name; or the first frame's indented PID and name
+AFFMON_ROW = re.compile(r"^(?:[│┃|]\s*|\s{1,8})\d+ +\S")
+AFFMON_KEYS = re.compile(r"\bq Quit\b")  # the footer: Textual's screen is up and takes keys
 HTOP_ROW = re.compile(r"^\s*\d+ +\S+ +(?:RT|-?\d+) +-?\d+ ")  # PID USER PRI NI
 
 
@@ -118,6 +125,10 @@ def htop_clock(screen: str) -> str | None:
 def affmon_has_data(screen: str) -> bool:
     """Its header's clock (absent from the "taking the first samples" line) or a process row."""
     return affmon_clock(screen) is not None or any(AFFMON_ROW.match(line) for line in screen.splitlines())
+
+
+def affmon_has_keys(screen: str) -> bool:
+    return AFFMON_KEYS.search(screen) is not None
 
 
 def htop_has_data(screen: str) -> bool:
@@ -208,11 +219,12 @@ class Row:
 
 
 def first_frames(tmux: Tmux, commands: dict[str, str], launches: int) -> dict[str, list[float]]:
-    """Seconds from launch until each tool's pane shows data (``has_data``), per launch;
-    both launched together, the one started first alternating; NaN where none came within
-    ``FIRST_TIMEOUT_S``."""
-    found: dict[str, list[float]] = {name: [] for name in commands}
-    has_data = {"affmon": affmon_has_data, "htop": htop_has_data}
+    """Seconds from launch until each tool's pane shows data (``has_data``), per launch,
+    and until affmon's shows its keys ("affmon keys"); both launched together, the one
+    started first alternating; NaN where none came within ``FIRST_TIMEOUT_S``."""
+    probes = {"affmon": affmon_has_data, "affmon keys": affmon_has_keys, "htop": htop_has_data}
+    pane = {"affmon": "affmon", "affmon keys": "affmon", "htop": "htop"}
+    found: dict[str, list[float]] = {name: [] for name in probes}
     for launch in range(launches):
         order = list(commands) if launch % 2 == 0 else list(reversed(commands))
         started = {}
@@ -220,13 +232,15 @@ def first_frames(tmux: Tmux, commands: dict[str, str], launches: int) -> dict[st
             started[name] = time.monotonic()
             tmux.start(f"first-{name}", commands[name])
         seen: dict[str, float] = {}
-        while len(seen) < len(commands) and time.monotonic() - min(started.values()) < FIRST_TIMEOUT_S:
-            for name in commands:
-                if name not in seen and has_data[name](tmux.capture(f"first-{name}")):
-                    seen[name] = time.monotonic() - started[name]
+        while len(seen) < len(probes) and time.monotonic() - min(started.values()) < FIRST_TIMEOUT_S:
+            screens = {name: tmux.capture(f"first-{name}") for name in commands}
+            for probe, has in probes.items():
+                if probe not in seen and has(screens[pane[probe]]):
+                    seen[probe] = time.monotonic() - started[pane[probe]]
             time.sleep(FIRST_POLL_S)
+        for probe in probes:
+            found[probe].append(seen.get(probe, float("nan")))
         for name in commands:
-            found[name].append(seen.get(name, float("nan")))
             tmux.stop(f"first-{name}")
         time.sleep(1.0)  # both gone before the next launch
     return found
@@ -244,6 +258,7 @@ def measure(
         "affmon": f"exec {sys.executable} -m affmon --interval 1",
         "htop": f"exec env XDG_CONFIG_HOME={config} htop -d 10",
     }
+    compileall.compile_dir(ROOT / "affmon", quiet=1)  # as pip install does: bytecode, not source, at launch
     try:
         with Population(shape, seconds=warmup + seconds + 120 + launches * FIRST_TIMEOUT_S) as population:
             frames = first_frames(tmux, commands, launches)
@@ -349,9 +364,11 @@ def summary(rows: list[Row]) -> list[str]:
         if frames["affmon"]:
             a, h = median(frames["affmon"]), median(frames["htop"])
             spread = {k: f"{min(v):.2f}-{max(v):.2f}" for k, v in frames.items() if any(x == x for x in v)}
+            keys = [s for row in shown for s in row.first_frames.get("affmon keys", [])]
             lines.append(
                 f"{label}: first frame with data over {len(frames['affmon'])} launches: affmon {a:.2f} s "
-                f"({spread.get('affmon', '-')}), htop {h:.2f} s ({spread.get('htop', '-')}), ratio {divide(a, h):.2f}"
+                f"({spread.get('affmon', '-')}), htop {h:.2f} s ({spread.get('htop', '-')}), ratio {divide(a, h):.2f}; "
+                f"affmon's full screen (keys work) {median(keys):.2f} s, {divide(median(keys), h):.2f} of htop's first"
             )
     return lines
 

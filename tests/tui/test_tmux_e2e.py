@@ -82,9 +82,10 @@ def test_repin_and_undo_for_real_in_tmux(tmux: Tmux, tmp_path: Path, width: int,
             f"{sys.executable} -m affmon --pid {pid} --interval 0.5"
         )
         tmux.run("new-session", "-d", "-s", "e2e", "-x", str(width), "-y", str(height), command)
-        # Its row with a CPU% measured: the first look (one sample) shows the row before any rate.
+        # Its row in the table (after the pane's border) with a CPU% measured: the first look
+        # (one sample, and the plain frame drawn before it) shows the row before any rate.
         screen = tmux.wait_for(
-            lambda s: re.search(rf"\b{pid}\b +python\S* +\d+\.?\d*\b", s) is not None, f"PID {pid} measured"
+            lambda s: re.search(rf"[│┃]\s*{pid}\b +python\S* +\d+\.?\d*\b", s) is not None, f"PID {pid} measured"
         )
         assert "affmon" in screen and "MASK" in screen and "FINDINGS" in screen  # the columns that fit 80 too
 
@@ -138,7 +139,8 @@ def test_the_live_monitor_runs_without_openssl_loaded(tmux: Tmux, tmp_path: Path
         f"{sys.executable} -m affmon --interval 0.5"
     )
     tmux.run("new-session", "-d", "-s", "e2e", "-x", "120", "-y", "30", command)
-    tmux.wait_for(lambda s: "COMMAND" in s and "MASK" in s, "the process table")
+    # Textual's screen (its footer of keys), not the plain first frame drawn before it loads
+    tmux.wait_for(lambda s: "Quit" in s and "COMMAND" in s and "MASK" in s, "the process table")
     pid = int(tmux.run("display-message", "-p", "-t", "e2e", "#{pane_pid}").strip())
     maps = Path(f"/proc/{pid}/maps").read_text()
     assert "affmon" in Path(f"/proc/{pid}/cmdline").read_text()  # the monitor itself, not a shell

@@ -1,0 +1,269 @@
+"""The first frame, drawn before Textual loads: its lines from a recorded H200 sample and
+from a live process spawned with a known mask, its escaping, its terminal handling (the
+alternate screen entered once, handed to Textual's driver or put back), and the whole
+start in a real pseudo-terminal: the frame first, then Textual's screen over it, then the
+shell's screen back on exit."""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import gzip
+import json
+import os
+import pty
+import pwd
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+from affmon.core.fmt import cpus
+from affmon.core.recording import read_recording
+from affmon.sources.stream import LiveSource, SourceInfo
+from affmon.tui.first_frame import ENTER, LEAVE, STARTING, EarlyScreen, first_view, frame_lines
+from affmon.tui.model.header_line import SEPARATOR, fit, header_segments
+from affmon.tui.model.monitor import Monitor
+from affmon.tui.model.views import View
+from tests.recordings import RECORDINGS, load, monitor
+from tests.test_terminal_escapes import is_active
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+JOB = 608  # the ResNet job of hogs.jsonl.gz (the escapes test's crafted recording uses it too)
+TITLE = "\x1b]0;PWNED\x07"
+
+
+def first_look(name: str) -> View:
+    return monitor(name).first_look(load(name)[1][0])
+
+
+def test_the_header_is_the_header_widgets_line_and_the_watched_processes_follow():
+    view = first_look("hogs")
+    lines = frame_lines(view, 140, 40)
+    clock = time.strftime("%H:%M:%S", time.localtime(view.header.wall_time_s))
+    header = SEPARATOR.join(t for _, t, _ in fit(header_segments(view.header, paused=False, clock_text=clock), 138))
+    assert lines[0] == " " + header
+    assert clock in lines[0]  # the clock is on the line at 140 columns: the sample's time
+    assert lines[1].split() == ["PID", "COMMAND", "MASK", "THR", "USER"]
+    watched = [p for p in view.processes if p.watched]
+    assert len(watched) >= 2  # the job and its DataLoader workers
+    rows = lines[2 : 2 + len(watched)]
+    for p in watched:
+        row = next(r for r in rows if r.split()[0] == str(p.pid))
+        assert p.name in row and str(p.threads) in row.split()
+    job = view.process(JOB)
+    assert job is not None and job.mask is not None
+    assert cpus(job.mask, 9) in next(r for r in rows if r.split()[0] == str(JOB))
+    assert lines[-1].strip() == STARTING
+    assert all(len(line) <= 140 for line in lines)
+
+
+def test_a_small_terminal_gets_what_fits_and_the_count_of_the_rest():
+    view = first_look("hogs")
+    watched = sum(1 for p in view.processes if p.watched)
+    height = 6  # header, column names, room for two lines, blank, STARTING
+    lines = frame_lines(view, 50, height)
+    assert len(lines) == height
+    assert all(len(line) <= 50 for line in lines)
+    assert lines[3] == f" … {watched - 1} more"  # one row, then what did not fit
+    assert lines[-1].strip() == STARTING[:48].strip()
+
+
+def test_no_training_process_says_so_as_the_table_would():
+    view = first_look("hogs")
+    view = dataclasses.replace(view, processes=())
+    lines = frame_lines(view, 140, 40)
+    assert any("no training process found" in line for line in lines)
+    assert not any(line.split()[:1] == ["PID"] for line in lines)
+
+
+def crafted_sample_lines() -> list[str]:
+    with gzip.open(RECORDINGS / "hogs.jsonl.gz", "rt", encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f if line.strip()][:2]
+    header, record = lines
+    header["host"] = f"{TITLE}host"
+    header["nvml"] = "NVML: \x1b[5mblink\u202e"
+    for p in record["sample"]["processes"]:
+        if p["pid"] == JOB:
+            p["name"], p["user"] = f"{TITLE}\u202etrain", "\x1b[31mroot"
+    return [json.dumps(line) for line in lines]
+
+
+def test_names_from_other_users_reach_the_terminal_escaped():
+    header, samples = read_recording(crafted_sample_lines(), "crafted")
+    info = SourceInfo(header.host or "?", header.nvml, 1.0, "live")
+    view = Monitor(header.topology, info).first_look(next(iter(samples)))
+    lines = frame_lines(view, 200, 50)
+    assert not any(is_active(ch) for line in lines for ch in line)
+    text = " ".join(lines)
+    assert "]0;PWNED" in text and "?train" in text  # shown, with each control as "?"
+    assert "?[31mro…" in text  # the user, escaped, cut to the column's 8
+
+
+def test_a_live_process_with_a_known_mask_is_on_the_frame():
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import os, time; os.sched_setaffinity(0, {0}); print(flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None
+        child.stdout.readline()  # its mask is set
+        source = LiveSource((child.pid,), 1.0, loops=False)
+        try:
+            view = first_view(source)
+            assert view is not None and not view.measured
+            lines = frame_lines(view, 120, 30, child.pid)
+            row = next(line for line in lines if line.split()[:1] == [str(child.pid)]).split()
+            assert row[1].startswith("python") and row[2:] == ["0", "1", pwd.getpwuid(os.getuid()).pw_name[:8]]
+            assert source.next_sample() is not None  # the sample is still the first tick's
+        finally:
+            source.close()
+    finally:
+        child.kill()
+        child.wait()
+
+
+class Pipe:
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+
+    def written(self) -> str:
+        out = b""
+        while True:
+            try:
+                chunk = os.read(self.read_fd, 65536)
+            except BlockingIOError:
+                return out.decode()
+            if not chunk:
+                return out.decode()
+            out += chunk
+
+    def close(self) -> None:
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+
+@pytest.fixture
+def pipe():
+    p = Pipe()
+    yield p
+    p.close()
+
+
+def test_the_screen_is_entered_once_and_put_back_when_no_driver_took_it(pipe):
+    screen = EarlyScreen(pipe.write_fd)
+    assert screen.draw(["one", "two"])
+    assert pipe.written() == ENTER + "\x1b[1;1Hone\x1b[K\x1b[2;1Htwo\x1b[K"
+    assert screen.draw(["three"])
+    assert pipe.written() == "\x1b[1;1Hthree\x1b[K"  # not entered again
+    screen.close()
+    assert pipe.written() == LEAVE
+    screen.close()
+    assert pipe.written() == ""  # once
+
+
+def test_a_driver_that_takes_it_over_is_told_once_and_nothing_is_drawn_after(pipe):
+    screen = EarlyScreen(pipe.write_fd)
+    assert not EarlyScreen(pipe.write_fd).hand_over()  # nothing drawn: the driver switches itself
+    screen.draw(["one"])
+    pipe.written()
+    assert screen.hand_over()
+    assert not screen.hand_over()  # after a suspend the driver switches to it again itself
+    assert not screen.draw(["late"])
+    screen.close()
+    assert pipe.written() == ""  # the driver puts the terminal back, not this
+
+
+def test_a_terminal_that_cannot_be_written_draws_nothing_and_raises_nothing(pipe):
+    screen = EarlyScreen(pipe.write_fd)
+    os.close(pipe.read_fd)
+    pipe.read_fd = os.open(os.devnull, os.O_RDONLY)  # for the fixture's close
+    assert not screen.draw(["one"])  # EPIPE
+    screen.close()
+
+
+def run_in_pty(args: list[str], env: dict[str, str], until: str, size: tuple[int, int] = (40, 140)) -> tuple[str, int]:
+    """Run ``affmon ARGS`` on a pseudo-terminal of ``size`` (rows, columns), read what it
+    writes until ``until`` shows, press q, and read the rest: (the byte stream, exit status)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "affmon", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
+    os.close(slave)
+    out = b""
+    sent = False
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the process closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            if not sent and until in out.decode("utf-8", "replace"):
+                time.sleep(0.3)
+                os.write(master, b"q")
+                sent = True
+            if proc.poll() is not None and not ready:
+                break
+        else:
+            pytest.fail(f"no exit within 120 s; read {len(out)} bytes")
+        return out.decode("utf-8", "replace"), proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def monitor_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEXTUAL")}
+    env["TERM"] = "xterm-256color"
+    return env
+
+
+def test_in_a_terminal_the_frame_comes_first_and_textual_draws_over_it():
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import os, time; os.sched_setaffinity(0, {0}); print(flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None
+        child.stdout.readline()
+        out, status = run_in_pty(["--pid", str(child.pid)], monitor_env(), until="Quit")
+    finally:
+        child.kill()
+        child.wait()
+    assert status == 0
+    assert out.startswith(ENTER)  # the first thing written: the alternate screen, the frame
+    frame_row = out.index(f"{child.pid}  python")
+    textual = out.index("Processes")  # the process pane's border title: Textual's screen
+    assert out.index(STARTING) < textual and frame_row < textual
+    assert out.count("\x1b[?1049h") == 1  # Textual's driver did not switch again
+    assert out.count("\x1b[?1049l") == 1 and out.rindex("\x1b[?1049l") > textual  # back on exit, once
+    assert out.rindex("\x1b[?25h") > out.rindex("\x1b[?1049l")  # the cursor shown again
+
+
+def test_when_the_monitor_fails_after_the_frame_the_terminal_is_put_back():
+    env = {**monitor_env(), "TEXTUAL_DRIVER": "affmon_no_such_module:Driver"}
+    out, status = run_in_pty([], env, until="\x00never")
+    assert status != 0
+    assert out.startswith(ENTER)
+    assert out.count(LEAVE) == 1 and out.index(LEAVE) > out.index(STARTING)
