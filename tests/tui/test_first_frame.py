@@ -6,6 +6,7 @@ shell's screen back on exit."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import gzip
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -105,27 +107,34 @@ def test_names_from_other_users_reach_the_terminal_escaped():
     assert "?[31mro…" in text  # the user, escaped, cut to the column's 8
 
 
-def test_a_live_process_with_a_known_mask_is_on_the_frame():
+@contextlib.contextmanager
+def pinned_child() -> Iterator[int]:
+    """A python process of one thread with its mask set to CPU 0 (set before this yields)."""
     child = subprocess.Popen(
-        [sys.executable, "-c", "import os, time; os.sched_setaffinity(0, {0}); print(flush=True); time.sleep(60)"],
+        [sys.executable, "-c", "import os, time; os.sched_setaffinity(0, {0}); print(flush=True); time.sleep(120)"],
         stdout=subprocess.PIPE,
     )
     try:
         assert child.stdout is not None
         child.stdout.readline()  # its mask is set
-        source = LiveSource((child.pid,), 1.0, loops=False)
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_live_process_with_a_known_mask_is_on_the_frame():
+    with pinned_child() as pid:
+        source = LiveSource((pid,), 1.0, loops=False)
         try:
             view = first_view(source)
             assert view is not None and not view.measured
-            lines = frame_lines(view, 120, 30, child.pid)
-            row = next(line for line in lines if line.split()[:1] == [str(child.pid)]).split()
+            lines = frame_lines(view, 120, 30, pid)
+            row = next(line for line in lines if line.split()[:1] == [str(pid)]).split()
             assert row[1].startswith("python") and row[2:] == ["0", "1", pwd.getpwuid(os.getuid()).pw_name[:8]]
             assert source.next_sample() is not None  # the sample is still the first tick's
         finally:
             source.close()
-    finally:
-        child.kill()
-        child.wait()
 
 
 class Pipe:
@@ -240,20 +249,11 @@ def monitor_env() -> dict[str, str]:
 
 
 def test_in_a_terminal_the_frame_comes_first_and_textual_draws_over_it():
-    child = subprocess.Popen(
-        [sys.executable, "-c", "import os, time; os.sched_setaffinity(0, {0}); print(flush=True); time.sleep(120)"],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert child.stdout is not None
-        child.stdout.readline()
-        out, status = run_in_pty(["--pid", str(child.pid)], monitor_env(), until="Quit")
-    finally:
-        child.kill()
-        child.wait()
+    with pinned_child() as pid:
+        out, status = run_in_pty(["--pid", str(pid)], monitor_env(), until="Quit")
     assert status == 0
     assert out.startswith(ENTER)  # the first thing written: the alternate screen, the frame
-    frame_row = out.index(f"{child.pid}  python")
+    frame_row = out.index(f"{pid}  python")
     textual = out.index("Processes")  # the process pane's border title: Textual's screen
     assert out.index(STARTING) < textual and frame_row < textual
     assert out.count("\x1b[?1049h") == 1  # Textual's driver did not switch again
