@@ -42,7 +42,8 @@ install glances``, then ``--glances /tmp/glancesvenv/bin/glances``).
 
 ``--floor`` runs ``bench/cost/textual_floor.py`` in another pane through the same window: a
 Textual app that only redraws a clock each second (and a footer), the least a Textual
-monitor at 1 Hz costs, for its CPU beside affmon's and htop's.
+monitor at 1 Hz costs, for its CPU beside affmon's and htop's; and it times the floor's
+first frame too, each launch of affmon and htop followed by one of the floor and htop.
 
 ``--sleeping`` adds a second population: the same number of threads that never wake (the
 case measured before). Each population runs ``--repeat`` times (3), the populations taking
@@ -91,6 +92,7 @@ AFFMON_CLOCK = re.compile(r"\b(\d\d:\d\d:\d\d)\b")
 HTOP_CLOCK = re.compile(r"Uptime: ((?:\d+ days?, )?\d\d:\d\d:\d\d)")
 # the process table's border, then a PID and a name; or the first frame's indented PID and name
 AFFMON_ROW = re.compile(r"^(?:[│┃|]\s*|\s{1,8})\d+ +\S")
+FLOOR_CLOCK = re.compile(r"floor +│ +\d\d:\d\d:\d\d")
 AFFMON_KEYS = re.compile(r"\bq Quit\b")  # the footer: Textual's screen is up and takes keys
 HTOP_ROW = re.compile(r"^\s*\d+ +\S+ +(?:RT|-?\d+) +-?\d+ ")  # PID USER PRI NI
 
@@ -129,6 +131,11 @@ def affmon_has_data(screen: str) -> bool:
 
 def affmon_has_keys(screen: str) -> bool:
     return AFFMON_KEYS.search(screen) is not None
+
+
+def floor_has_data(screen: str) -> bool:
+    """The floor's clock line (``bench/cost/textual_floor.py``)."""
+    return FLOOR_CLOCK.search(screen) is not None
 
 
 def htop_has_data(screen: str) -> bool:
@@ -221,29 +228,44 @@ class Row:
 def first_frames(tmux: Tmux, commands: dict[str, str], launches: int) -> dict[str, list[float]]:
     """Seconds from launch until each tool's pane shows data (``has_data``), per launch,
     and until affmon's shows its keys ("affmon keys"); both launched together, the one
-    started first alternating; NaN where none came within ``FIRST_TIMEOUT_S``."""
-    probes = {"affmon": affmon_has_data, "affmon keys": affmon_has_keys, "htop": htop_has_data}
-    pane = {"affmon": "affmon", "affmon keys": "affmon", "htop": "htop"}
-    found: dict[str, list[float]] = {name: [] for name in probes}
+    started first alternating; NaN where none came within ``FIRST_TIMEOUT_S``. With a
+    "floor" command, each launch is followed by one of the floor and htop together,
+    timed the same way ("floor", "htop beside floor")."""
+    found: dict[str, list[float]] = {}
+    pairs = [({"affmon": commands["affmon"], "htop": commands["htop"]}, "")]
+    if "floor" in commands:
+        pairs.append(({"floor": commands["floor"], "htop": commands["htop"]}, " beside floor"))
     for launch in range(launches):
-        order = list(commands) if launch % 2 == 0 else list(reversed(commands))
-        started = {}
-        for name in order:
-            started[name] = time.monotonic()
-            tmux.start(f"first-{name}", commands[name])
-        seen: dict[str, float] = {}
-        while len(seen) < len(probes) and time.monotonic() - min(started.values()) < FIRST_TIMEOUT_S:
-            screens = {name: tmux.capture(f"first-{name}") for name in commands}
-            for probe, has in probes.items():
-                if probe not in seen and has(screens[pane[probe]]):
-                    seen[probe] = time.monotonic() - started[pane[probe]]
-            time.sleep(FIRST_POLL_S)
-        for probe in probes:
-            found[probe].append(seen.get(probe, float("nan")))
-        for name in commands:
-            tmux.stop(f"first-{name}")
-        time.sleep(1.0)  # both gone before the next launch
+        for pair, suffix in pairs:
+            for probe, seconds in _time_launch(tmux, pair, launch % 2 == 1).items():
+                found.setdefault(probe if probe != "htop" else "htop" + suffix, []).append(seconds)
     return found
+
+
+def _time_launch(tmux: Tmux, commands: dict[str, str], reverse: bool) -> dict[str, float]:
+    probes: dict[str, tuple[str, Callable[[str], bool]]] = {
+        "affmon": ("affmon", affmon_has_data),
+        "affmon keys": ("affmon", affmon_has_keys),
+        "floor": ("floor", floor_has_data),
+        "htop": ("htop", htop_has_data),
+    }
+    probes = {k: v for k, v in probes.items() if v[0] in commands}
+    order = list(reversed(commands)) if reverse else list(commands)
+    started = {}
+    for name in order:
+        started[name] = time.monotonic()
+        tmux.start(f"first-{name}", commands[name])
+    seen: dict[str, float] = {}
+    while len(seen) < len(probes) and time.monotonic() - min(started.values()) < FIRST_TIMEOUT_S:
+        screens = {name: tmux.capture(f"first-{name}") for name in commands}
+        for probe, (pane, has) in probes.items():
+            if probe not in seen and has(screens[pane]):
+                seen[probe] = time.monotonic() - started[pane]
+        time.sleep(FIRST_POLL_S)
+    for name in commands:
+        tmux.stop(f"first-{name}")
+    time.sleep(1.0)  # both gone before the next launch
+    return {probe: seen.get(probe, float("nan")) for probe in probes}
 
 
 FLOOR_NAME = "textual floor"
@@ -261,7 +283,8 @@ def measure(
     compileall.compile_dir(ROOT / "affmon", quiet=1)  # as pip install does: bytecode, not source, at launch
     try:
         with Population(shape, seconds=warmup + seconds + 120 + launches * FIRST_TIMEOUT_S) as population:
-            frames = first_frames(tmux, commands, launches)
+            floor_command = {"floor": f"exec {sys.executable} -m bench.cost.textual_floor"} if floor else {}
+            frames = first_frames(tmux, {**commands, **floor_command}, launches)
             pids = {name: tmux.start(name, command) for name, command in commands.items()}
             if glances is not None:
                 pids["glances"] = tmux.start("glances", f"exec {glances} -t 1")
@@ -333,9 +356,9 @@ def table(rows: list[Row]) -> list[str]:
                 f"{label:<21} {name:<22} {100 * tool.cpu_share:15.1f} {tool.rss_mib:8.0f} {tool.rss_start_mib:6.0f} "
                 f"{counted:>17} {per_refresh:>15} {first:12.2f}"
             )
-        ratio, per_refresh = ratios(row)
+        ratio, refresh_ratio = ratios(row)
         lines.append(
-            f"{'':<21} {'ratio affmon / htop':<22} {ratio:15.2f} {'':8} {'':6} {'':17} {per_refresh:15.2f} "
+            f"{'':<21} {'ratio affmon / htop':<22} {ratio:15.2f} {'':8} {'':6} {'':17} {refresh_ratio:15.2f} "
             f"{first_frame_ratio(row):12.2f}"
         )
         glances, floor = row.other("glances"), row.other(FLOOR_NAME)
@@ -365,6 +388,13 @@ def summary(rows: list[Row]) -> list[str]:
             a, h = median(frames["affmon"]), median(frames["htop"])
             spread = {k: f"{min(v):.2f}-{max(v):.2f}" for k, v in frames.items() if any(x == x for x in v)}
             keys = [s for row in shown for s in row.first_frames.get("affmon keys", [])]
+            floors = [s for row in shown for s in row.first_frames.get("floor", [])]
+            if floors:
+                beside = median(s for row in shown for s in row.first_frames["htop beside floor"])
+                lines.append(
+                    f"{label}: a Textual app that draws a clock (the floor), launched with htop the same way: "
+                    f"{median(floors):.2f} s, htop {beside:.2f} s, ratio {divide(median(floors), beside):.2f}"
+                )
             lines.append(
                 f"{label}: first frame with data over {len(frames['affmon'])} launches: affmon {a:.2f} s "
                 f"({spread.get('affmon', '-')}), htop {h:.2f} s ({spread.get('htop', '-')}), ratio {divide(a, h):.2f}; "
