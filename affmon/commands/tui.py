@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import sys
 from collections.abc import Callable
 
@@ -74,21 +73,14 @@ def cmd_tui(args: argparse.Namespace) -> int:
             "for text use `affmon snapshot` or `affmon diagnose`\n"
         )
         return EXIT_USAGE
-    early = None
-    first = None
-    if isinstance(source, LiveSource):
-        # The first sample, shown as plain text before Textual loads (a few hundred ms of
-        # CPU, a second and more on a loaded machine); Textual's screen then draws over it.
-        from affmon.tui.first_frame import EarlyScreen, first_view, frame_lines
-
-        source.read_ahead()
-        first = first_view(source)
-        terminal = sys.__stderr__  # where Textual's driver draws
-        if first is not None and terminal is not None and terminal.isatty():
-            early = EarlyScreen(terminal.fileno())
-            width, height = os.get_terminal_size(terminal.fileno())
-            early.draw(frame_lines(first, width, height, args.tui_pid[0] if args.tui_pid else None))
+    first, early = None, None
     try:
+        if isinstance(source, LiveSource):
+            # The first sample, shown as plain text before Textual loads (a few hundred ms
+            # of CPU, a second and more on a loaded machine); Textual's screen then draws over it.
+            from affmon.tui.first_frame import show_first_frame
+
+            first, early = show_first_frame(source, args.tui_pid[0] if args.tui_pid else None)
         import_asyncio_without_tls()
         from affmon.tui.app import AffmonApp
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -43,6 +44,22 @@ STARTING = "starting the monitor…  rates, findings and keys come with it"
 # (label, width, right-aligned); COMMAND takes what the others leave
 COLUMNS = (("PID", 7, True), ("COMMAND", 0, False), ("MASK", 9, False), ("THR", 3, True), ("USER", 8, False))
 COMMAND_LEAST = 12
+
+
+def show_first_frame(source: LiveSource, watched_pid: int | None) -> tuple[View | None, EarlyScreen | None]:
+    """The first sample's view, and the screen it is drawn on: the terminal Textual's
+    driver will draw on (standard error), where that is a terminal of a size it can tell."""
+    view = first_view(source)
+    terminal = sys.__stderr__
+    if view is None or terminal is None or not terminal.isatty():
+        return view, None
+    try:
+        width, height = os.get_terminal_size(terminal.fileno())
+    except OSError:
+        return view, None
+    early = EarlyScreen(terminal.fileno())
+    early.draw(frame_lines(view, width, height, watched_pid))
+    return view, early
 
 
 def first_view(source: LiveSource) -> View | None:
@@ -74,7 +91,7 @@ def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
 
 def frame_lines(view: View, width: int, height: int, watched_pid: int | None = None) -> list[str]:
     """The first frame as plain lines, at most ``height`` of at most ``width`` characters.
-    Every name is escaped (``term_safe``) before it gets here or here."""
+    Every name from outside is escaped (``term_safe``): by the views, or here."""
     width, height = max(1, width), max(1, height)
     clock = time.strftime("%H:%M:%S", time.localtime(view.header.wall_time_s))
     segments = fit(header_segments(view.header, paused=False, clock_text=clock), max(1, width - 2))
@@ -110,10 +127,6 @@ class EarlyScreen:
         self._lock = threading.Lock()
         self._entered = False  # the alternate screen is on
         self._handed_over = False
-
-    @property
-    def entered(self) -> bool:
-        return self._entered
 
     def _write(self, text: str) -> None:
         data = text.encode("utf-8", "replace")

@@ -28,7 +28,7 @@ import pytest
 from affmon.core.fmt import cpus
 from affmon.core.recording import read_recording
 from affmon.sources.stream import LiveSource, SourceInfo
-from affmon.tui.first_frame import ENTER, LEAVE, STARTING, EarlyScreen, first_view, frame_lines
+from affmon.tui.first_frame import ENTER, LEAVE, STARTING, EarlyScreen, first_view, frame_lines, show_first_frame
 from affmon.tui.model.header_line import SEPARATOR, fit, header_segments
 from affmon.tui.model.monitor import Monitor
 from affmon.tui.model.views import View
@@ -135,6 +135,20 @@ def test_a_live_process_with_a_known_mask_is_on_the_frame():
             assert source.next_sample() is not None  # the sample is still the first tick's
         finally:
             source.close()
+
+
+def test_nothing_is_drawn_where_textual_would_not_draw_on_a_terminal(monkeypatch, tmp_path):
+    log = (tmp_path / "stderr").open("w")
+    monkeypatch.setattr(sys, "__stderr__", log)  # ``affmon 2>log``: Textual's driver writes there
+    with pinned_child() as pid:
+        source = LiveSource((pid,), 1.0, loops=False)
+        try:
+            view, early = show_first_frame(source, pid)
+        finally:
+            source.close()
+    log.close()
+    assert view is not None and view.process(pid) is not None  # the app still shows it at once
+    assert early is None and (tmp_path / "stderr").read_text() == ""
 
 
 class Pipe:
