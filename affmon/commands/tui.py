@@ -78,9 +78,10 @@ def cmd_tui(args: argparse.Namespace) -> int:
         if isinstance(source, LiveSource):
             # The first sample, shown as plain text before Textual loads (a few hundred ms
             # of CPU, a second and more on a loaded machine); Textual's screen then draws over it.
-            from affmon.tui.first_frame import show_first_frame
+            from affmon.tui.first_frame import draw_first_frame, early_screen
 
-            first, early = show_first_frame(source, args.tui_pid[0] if args.tui_pid else None)
+            early = early_screen()
+            first = draw_first_frame(source, early, args.tui_pid[0] if args.tui_pid else None)
         import_asyncio_without_tls()
         from affmon.tui.app import AffmonApp
 

@@ -46,20 +46,27 @@ COLUMNS = (("PID", 7, True), ("COMMAND", 0, False), ("MASK", 9, False), ("THR", 
 COMMAND_LEAST = 12
 
 
-def show_first_frame(source: LiveSource, watched_pid: int | None) -> tuple[View | None, EarlyScreen | None]:
-    """The first sample's view, and the screen it is drawn on: the terminal Textual's
-    driver will draw on (standard error), where that is a terminal of a size it can tell."""
-    view = first_view(source)
+def early_screen() -> EarlyScreen | None:
+    """A screen on the terminal Textual's driver will draw on (standard error), where that
+    is a terminal. Made before anything is drawn, so that whoever holds it can always put
+    the terminal back (a Ctrl+C may come at any point)."""
     terminal = sys.__stderr__
-    if view is None or terminal is None or not terminal.isatty():
-        return view, None
-    try:
-        width, height = os.get_terminal_size(terminal.fileno())
-    except OSError:
-        return view, None
-    early = EarlyScreen(terminal.fileno())
-    early.draw(frame_lines(view, width, height, watched_pid))
-    return view, early
+    if terminal is None or not terminal.isatty():
+        return None
+    return EarlyScreen(terminal.fileno())
+
+
+def draw_first_frame(source: LiveSource, screen: EarlyScreen | None, watched_pid: int | None) -> View | None:
+    """The first sample's view, drawn on ``screen`` (where there is one and its terminal's
+    size can be read)."""
+    view = first_view(source)
+    if view is not None and screen is not None:
+        try:
+            width, height = os.get_terminal_size(screen.fd)
+        except OSError:
+            return view
+        screen.draw(frame_lines(view, width, height, watched_pid))
+    return view
 
 
 def first_view(source: LiveSource) -> View | None:
@@ -123,7 +130,7 @@ class EarlyScreen:
     """The terminal on ``fd`` until Textual's driver takes it (see the module's text)."""
 
     def __init__(self, fd: int) -> None:
-        self._fd = fd
+        self.fd = fd
         self._lock = threading.Lock()
         self._entered = False  # the alternate screen is on
         self._handed_over = False
@@ -131,7 +138,7 @@ class EarlyScreen:
     def _write(self, text: str) -> None:
         data = text.encode("utf-8", "replace")
         while data:
-            data = data[os.write(self._fd, data) :]
+            data = data[os.write(self.fd, data) :]
 
     def draw(self, lines: list[str]) -> bool:
         """Draw ``lines`` from the top of the alternate screen; False (nothing written) once
@@ -140,11 +147,12 @@ class EarlyScreen:
             if self._handed_over:
                 return False
             frame = "".join(f"\x1b[{row};1H{line}\x1b[K" for row, line in enumerate(lines, 1))
+            enter = "" if self._entered else ENTER
+            self._entered = True  # from before the write: a Ctrl+C during it still puts it back
             try:
-                self._write(("" if self._entered else ENTER) + frame)
+                self._write(enter + frame)
             except OSError:
                 return False
-            self._entered = True
             return True
 
     def hand_over(self) -> bool:

@@ -15,6 +15,7 @@ import os
 import pty
 import pwd
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -28,7 +29,16 @@ import pytest
 from affmon.core.fmt import cpus
 from affmon.core.recording import read_recording
 from affmon.sources.stream import LiveSource, SourceInfo
-from affmon.tui.first_frame import ENTER, LEAVE, STARTING, EarlyScreen, first_view, frame_lines, show_first_frame
+from affmon.tui.first_frame import (
+    ENTER,
+    LEAVE,
+    STARTING,
+    EarlyScreen,
+    draw_first_frame,
+    early_screen,
+    first_view,
+    frame_lines,
+)
 from affmon.tui.model.header_line import SEPARATOR, fit, header_segments
 from affmon.tui.model.monitor import Monitor
 from affmon.tui.model.views import View
@@ -143,7 +153,8 @@ def test_nothing_is_drawn_where_textual_would_not_draw_on_a_terminal(monkeypatch
     with pinned_child() as pid:
         source = LiveSource((pid,), 1.0, loops=False)
         try:
-            view, early = show_first_frame(source, pid)
+            early = early_screen()
+            view = draw_first_frame(source, early, pid)
         finally:
             source.close()
     log.close()
@@ -281,3 +292,57 @@ def test_when_the_monitor_fails_after_the_frame_the_terminal_is_put_back():
     assert status != 0
     assert out.startswith(ENTER)
     assert out.count(LEAVE) == 1 and out.index(LEAVE) > out.index(STARTING)
+
+
+def test_ctrl_c_on_the_first_frame_puts_the_terminal_back():
+    """In a terminal of its own (a session whose controlling terminal it is, so Ctrl+C is
+    a SIGINT): Ctrl+C as soon as the first frame is drawn, before Textual has loaded."""
+    pid, master = pty.fork()
+    if pid == 0:  # the child: the monitor on the pseudo-terminal
+        try:
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+            os.chdir(ROOT)
+            os.execve(sys.executable, [sys.executable, "-m", "affmon"], monitor_env())
+        finally:
+            os._exit(127)
+    out = b""
+    sent_at: float | None = None
+    quit_sent = False
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            if sent_at is not None and not quit_sent and time.monotonic() - sent_at > 5:
+                os.write(master, b"q")  # the Ctrl+C came after Textual took the terminal: a key there
+                quit_sent = True
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: it has closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+            if sent_at is None and STARTING.encode() in out:
+                os.write(master, b"\x03")
+                sent_at = time.monotonic()
+    finally:
+        os.close(master)
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+        while reaped == 0 and time.monotonic() < deadline + 10:  # it closes the terminal as it exits
+            time.sleep(0.05)
+            reaped, status = os.waitpid(pid, os.WNOHANG)
+        if reaped == 0:  # still running: the test fails below, and leaves nothing behind
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+    text = out.decode("utf-8", "replace")
+    assert sent_at is not None, text
+    started = text.find("\x1b[?1000h")  # Textual's driver enables the mouse as it starts
+    if started < 0:  # interrupted before Textual ran: the frame's screen puts the terminal back
+        assert os.waitstatus_to_exitcode(status) == 130  # interrupted, as a shell reports it
+        assert text.count(ENTER) == 1 and text.count(LEAVE) == 1 and text.rindex(LEAVE) > text.index(STARTING)
+    else:  # (a loaded machine: Textual was up first) its driver puts it back
+        assert os.waitstatus_to_exitcode(status) == 0 and text.rindex("\x1b[?1049l") > started
+    assert text.count("\x1b[?1049h") == 1
+    assert "Traceback" not in text
