@@ -8,8 +8,9 @@ The next tick is scheduled only when the current one has finished, so a slow tic
 threads) delays the next one and never piles up; it is due one interval after the
 current one's sample *started*, so a tick that costs 100 ms still leaves 1 s between
 samples at ``--interval 1`` (counted from its end, the monitor kept 1.1 s and fell
-behind). Live, the first sample is read while Textual starts, and shown at once as a
-first look (``Monitor.first_look``: no rates) until the first interval closes.
+behind). Live, the first sample is read and drawn as plain text before Textual loads
+(``affmon.tui.first_frame``), and the app shows it at once as a first look
+(``Monitor.first_look``: no rates) until the first interval closes.
 Everything else here is the UI thread: it lays the view out, keeps view state
 (selection, sort, filter, toggles) and asks the pinner only after a confirmation screen.
 The status line shows errors and findings' messages through ``term_safe`` (a bad
