@@ -248,8 +248,8 @@ def test_the_header_says_when_a_live_monitor_falls_behind_its_interval():
     import dataclasses
 
     from affmon.sources.stream import SourceInfo
-    from affmon.tui.model.monitor import LAG_WINDOW, Monitor
     from affmon.tui.model.header_line import header_segments
+    from affmon.tui.model.monitor import LAG_WINDOW, Monitor
 
     header, samples = load("clean")
     base = samples[0]

@@ -39,6 +39,7 @@ from affmon.core.rates import Snapshot, make_snapshot
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
 from affmon.sources.stream import SourceInfo
+from affmon.tui.model.header_line import header_segments
 from affmon.tui.model.monitor import Monitor
 from affmon.tui.model.table import TableOptions, table_rows
 from affmon.tui.model.views import View, thread_rows
@@ -47,7 +48,6 @@ from affmon.tui.screens import pin_result_text, proposal_text, undo_result_text
 from affmon.tui.widgets.cores import core_map_text
 from affmon.tui.widgets.detail import ThreadTable, detail_text
 from affmon.tui.widgets.gpus import gpu_line
-from affmon.tui.model.header_line import header_segments
 from affmon.tui.widgets.processes import process_cells, thread_cells
 from tests.live import usable_cpus, workload
 from tests.recordings import load
