@@ -222,6 +222,18 @@ def test_a_terminal_that_cannot_be_written_draws_nothing_and_raises_nothing(pipe
     screen.close()
 
 
+def read_some(master: int, timeout_s: float) -> bytes | None:
+    """What the monitor wrote to its terminal within ``timeout_s`` (b"" for nothing yet);
+    None once it has closed it (EIO: every descriptor of the other side is closed)."""
+    ready, _, _ = select.select([master], [], [], timeout_s)
+    if not ready:
+        return b""
+    try:
+        return os.read(master, 65536) or None
+    except OSError:
+        return None
+
+
 def run_in_pty(args: list[str], env: dict[str, str], until: str, size: tuple[int, int] = (40, 140)) -> tuple[str, int]:
     """Run ``affmon ARGS`` on a pseudo-terminal of ``size`` (rows, columns), read what it
     writes until ``until`` shows, press q, and read the rest: (the byte stream, exit status)."""
@@ -242,20 +254,15 @@ def run_in_pty(args: list[str], env: dict[str, str], until: str, size: tuple[int
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: the process closed the terminal
-                    break
-                if not chunk:
-                    break
-                out += chunk
+            chunk = read_some(master, 0.2)
+            if chunk is None:
+                break
+            out += chunk
             if not sent and until in out.decode("utf-8", "replace"):
                 time.sleep(0.3)
                 os.write(master, b"q")
                 sent = True
-            if proc.poll() is not None and not ready:
+            if proc.poll() is not None and not chunk:
                 break
         else:
             pytest.fail(f"no exit within 120 s; read {len(out)} bytes")
@@ -314,14 +321,8 @@ def test_ctrl_c_on_the_first_frame_puts_the_terminal_back():
             if sent_at is not None and not quit_sent and time.monotonic() - sent_at > 5:
                 os.write(master, b"q")  # the Ctrl+C came after Textual took the terminal: a key there
                 quit_sent = True
-            ready, _, _ = select.select([master], [], [], 0.1)
-            if not ready:
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: it has closed the terminal
-                break
-            if not chunk:
+            chunk = read_some(master, 0.1)
+            if chunk is None:
                 break
             out += chunk
             if sent_at is None and STARTING.encode() in out:
