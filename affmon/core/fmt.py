@@ -122,14 +122,17 @@ def gib(value: int | None) -> str:
     return UNKNOWN if value is None else f"{value / 2**30:.1f}"
 
 
+def cut(text: str, width: int) -> str:
+    """``text``, cut with ``…`` when longer than ``width`` (at least 1)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def cpus(value: Iterable[int] | None, width: int = 0) -> str:
     """A cpulist, cut with ``…`` when longer than ``width`` (0: never cut)."""
     if value is None:
         return UNKNOWN
     text = format_cpulist(value) or UNKNOWN
-    if width and len(text) > width:
-        return text[: width - 1] + "…"
-    return text
+    return cut(text, width) if width else text
 
 
 def nodes(value: Iterable[int]) -> str:

@@ -25,16 +25,15 @@ import contextlib
 import os
 import sys
 import threading
-import time
 from collections.abc import Sequence
 
-from affmon.core.fmt import cpus, term_safe
+from affmon.core.fmt import cpus, cut, term_safe
 from affmon.sources.stream import LiveSource
 from affmon.tui.layout import empty_message
-from affmon.tui.model.header_line import SEPARATOR, fit, header_segments
+from affmon.tui.model.header_line import SEPARATOR, clock_text, fit, header_segments
 from affmon.tui.model.monitor import Monitor
 from affmon.tui.model.table import TableOptions, TableRow, table_rows
-from affmon.tui.model.views import View
+from affmon.tui.model.views import View, shown_role
 
 # alternate screen (the cursor saved), cursor hidden, no line wrapping (a line cut at the
 # terminal's edge, never wrapped onto the next), cleared
@@ -80,8 +79,7 @@ def first_view(source: LiveSource) -> View | None:
 
 
 def _cell(text: str, width: int, right: bool) -> str:
-    if len(text) > width:
-        text = text[: max(0, width - 1)] + "…"
+    text = cut(text, width)
     return text.rjust(width) if right else text.ljust(width)
 
 
@@ -89,7 +87,8 @@ def _name(row: TableRow) -> str:
     """The tree, the name, and the role of a launcher or a rank that holds a GPU."""
     p = row.process
     assert p is not None
-    return row.prefix + p.name + (f" {p.role}" if p.role == "launcher" or (p.role == "rank" and p.gpus) else "")
+    role = shown_role(p)
+    return row.prefix + p.name + (f" {role}" if role else "")
 
 
 def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
@@ -100,8 +99,8 @@ def frame_lines(view: View, width: int, height: int, watched_pid: int | None = N
     """The first frame as plain lines, at most ``height`` of at most ``width`` characters.
     Every name from outside is escaped (``term_safe``): by the views, or here."""
     width, height = max(1, width), max(1, height)
-    clock = time.strftime("%H:%M:%S", time.localtime(view.header.wall_time_s))
-    segments = fit(header_segments(view.header, paused=False, clock_text=clock), max(1, width - 2))
+    now = clock_text(view.header)
+    segments = fit(header_segments(view.header, paused=False, clock_text=now), max(1, width - 2))
     lines = [" " + SEPARATOR.join(text for _, text, _ in segments)]
     options = TableOptions()
     rows = [row for row in table_rows(view, options) if row.process is not None]

@@ -101,9 +101,7 @@ def rows_text(rows: tuple[Row, ...], kind: ScoreKind, chosen: int | None, p: Pal
     head = f"{'#':>2}  {'placement':<{PLACEMENT_WIDTH}} {'CPUs':<12} {'isolate':<8} {'score':>10}  state\n"
     out.append(head, style="bold")
     for r in rows:
-        description = fmt.term_safe(r.description)
-        if len(description) > PLACEMENT_WIDTH:
-            description = description[: PLACEMENT_WIDTH - 1] + "…"
+        description = fmt.cut(fmt.term_safe(r.description), PLACEMENT_WIDTH)
         isolate = f"moves {len(r.isolate)}" if r.isolate else "no"
         mark = r.number == chosen
         line = f"{r.number:>2}  {description:<{PLACEMENT_WIDTH}} {fmt.cpus(r.cpus, 12):<12} {isolate:<8} "

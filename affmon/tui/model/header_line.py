@@ -6,6 +6,8 @@ is any JSON) and go through ``term_safe``."""
 
 from __future__ import annotations
 
+import time
+
 from affmon.core.fmt import term_safe
 from affmon.tui.model.views import HeaderView
 
@@ -20,6 +22,11 @@ def _plural(n: int, word: str) -> str:
 
 def nvml_ok(status: str | None) -> bool:
     return bool(status) and str(status).startswith("NVML:")
+
+
+def clock_text(h: HeaderView) -> str:
+    """When the newest sample was taken, as the header shows it."""
+    return time.strftime("%H:%M:%S", time.localtime(h.wall_time_s))
 
 
 def reading(h: HeaderView) -> str:

@@ -268,6 +268,11 @@ LOOP_WORDS = {
 }
 
 
+def shown_role(row: ProcessRow) -> str | None:
+    """The role written after a process's name: a launcher's, or a rank's that holds a GPU."""
+    return row.role if row.role == "launcher" or (row.role == "rank" and row.gpus) else None
+
+
 def loop_word(report: LoopReport | None) -> str | None:
     """The LOOP column's word: None when the loop was not probed, "-" when it was but the
     interval gave no verdict (its thread's schedstat could not be read)."""

@@ -4,13 +4,12 @@ in three pieces so that a tick that moves only the clock redraws only the clock.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 
-from affmon.tui.model.header_line import CLOCK, READING, SEPARATOR, fit, header_segments, reading
+from affmon.tui.model.header_line import CLOCK, READING, SEPARATOR, clock_text, fit, header_segments, reading
 from affmon.tui.model.views import HeaderView
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.quiet import QuietStatic
@@ -60,7 +59,7 @@ class HeaderBar(Horizontal):
             clock.put(Text(""))
             tail.put(Text(""))
             return
-        clock_text = time.strftime("%H:%M:%S", time.localtime(header.wall_time_s))
+        now = clock_text(header)
         width = max(20, self.size.width - 2)
         # All but the clock as at the last tick (a quiet machine's usual tick): only the clock
         # is new. What the sample read changes most ticks (its cost in ms, the count of
@@ -69,9 +68,9 @@ class HeaderBar(Horizontal):
         rest = dataclasses.replace(header, wall_time_s=0.0, sample_cost_s=0.0, threads=0, processes=0)
         if self._laid_out == (rest, read if self._reading_shown else len(read), paused, palette, width):
             if self._clock_shown:
-                clock.put(Text(clock_text, style=palette.muted))
+                clock.put(Text(now, style=palette.muted))
             return
-        segments = fit(header_segments(header, paused=paused, clock_text=clock_text), width)
+        segments = fit(header_segments(header, paused=paused, clock_text=now), width)
         self._reading_shown = any(role == READING for _, _, role in segments)
         self._laid_out = (rest, read if self._reading_shown else len(read), paused, palette, width)
         styles = {

@@ -17,7 +17,7 @@ from textual import events
 from affmon.core import fmt
 from affmon.tui.model.process_detail import DetailedRow
 from affmon.tui.model.table import TableRow
-from affmon.tui.model.views import ProcessRow, ThreadRow, loop_word
+from affmon.tui.model.views import ProcessRow, ThreadRow, loop_word, shown_role
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.celltable import Cells, CellTable
 
@@ -139,8 +139,9 @@ def name_text(row: TableRow, p: Palette, job_colors: dict[int, str]) -> Text:
     name = Text(no_wrap=True, overflow="ellipsis")
     name.append(row.prefix, style=p.disabled)
     name.append(proc.name, style=f"bold {color}" if proc.role == "rank" else color)
-    if proc.role == "launcher" or (proc.role == "rank" and proc.gpus):
-        name.append(f" {proc.role}", style=p.muted)
+    role = shown_role(proc)
+    if role:
+        name.append(f" {role}", style=p.muted)
     context = proc.context if isinstance(proc, DetailedRow) else None
     if context:  # a rank's environment wrote it: escaped like a name
         name.append(f" [{fmt.term_safe(context)}]", style=p.muted)
