@@ -280,16 +280,15 @@ def measure(
         "affmon": f"exec {sys.executable} -m affmon --interval 1",
         "htop": f"exec env XDG_CONFIG_HOME={config} htop -d 10",
     }
+    if floor:
+        commands["floor"] = f"exec {sys.executable} -m bench.cost.textual_floor"
     compileall.compile_dir(ROOT / "affmon", quiet=1)  # as pip install does: bytecode, not source, at launch
     try:
         with Population(shape, seconds=warmup + seconds + 120 + launches * FIRST_TIMEOUT_S) as population:
-            floor_command = {"floor": f"exec {sys.executable} -m bench.cost.textual_floor"} if floor else {}
-            frames = first_frames(tmux, {**commands, **floor_command}, launches)
+            frames = first_frames(tmux, commands, launches)
             pids = {name: tmux.start(name, command) for name, command in commands.items()}
             if glances is not None:
                 pids["glances"] = tmux.start("glances", f"exec {glances} -t 1")
-            if floor:
-                pids["floor"] = tmux.start("floor", f"exec {sys.executable} -m bench.cost.textual_floor")
             time.sleep(warmup)
             before = {k: cpu_seconds(p) for k, p in pids.items()}
             rss_before = {k: rss_mib(p) for k, p in pids.items()}
