@@ -138,3 +138,46 @@ def test_out_of_descriptors_the_kept_files_are_given_back_and_the_line_still_rea
         for c in (first, second):
             c.kill()
             c.wait()
+
+
+def test_a_process_started_after_a_listing_is_in_the_next_and_one_that_ended_is_not():
+    """``listed_pids`` keeps its listing only while the kernel has given out no PID since:
+    a process started in between is listed at once; one that ended is listed no more once
+    ``stats`` has found it gone."""
+    proc = ProcFs("/")
+    try:
+        assert proc._last_pid() is not None  # /proc is this process's namespace's: the listing is kept
+        before = proc.listed_pids(time.monotonic())
+        child = subprocess.Popen(["sleep", "60"])
+        try:
+            listed = proc.listed_pids(time.monotonic())
+            assert child.pid in listed and child.pid not in before
+            assert dict(proc.stats(listed))[child.pid]
+        finally:
+            child.kill()
+            child.wait()
+        assert child.pid in proc.listed_pids(time.monotonic())  # kept: nothing new, nothing found gone
+        assert child.pid not in dict(proc.stats(proc.listed_pids(time.monotonic())))
+        assert child.pid not in proc.listed_pids(time.monotonic())
+    finally:
+        proc.close()
+
+
+def test_the_listing_is_kept_while_no_pid_was_given_out_and_read_again_when_one_was_or_when_old(monkeypatch):
+    last = [b"100"]
+    listings = []
+    monkeypatch.setattr(ProcFs, "_last_pid", lambda self: last[0])
+    monkeypatch.setattr(ProcFs, "pids", lambda self: listings.append(1) or [1, 2, 3])
+    proc = ProcFs("/")
+    assert proc.listed_pids(10.0) == [1, 2, 3] and len(listings) == 1
+    assert proc.listed_pids(11.0) == [1, 2, 3] and len(listings) == 1  # kept
+    last[0] = b"101"
+    assert proc.listed_pids(12.0) == [1, 2, 3] and len(listings) == 2  # a PID was given out since
+    assert proc.listed_pids(12.0 + procfs.RELIST_PIDS_S) == [1, 2, 3] and len(listings) == 3  # old
+    proc._relist = True  # what stats sets when a listed process is gone
+    proc.listed_pids(18.0)
+    assert len(listings) == 4
+    last[0] = None  # /proc/self is not this process: no kept listing
+    proc.listed_pids(18.0)
+    proc.listed_pids(18.0)
+    assert len(listings) == 6

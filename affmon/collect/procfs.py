@@ -207,6 +207,9 @@ MASKS_KEPT = 4096  # distinct affinity masks kept to share (ProcFs._interned)
 # descriptors opened after them (Textual's, the ticker's, which select() watches) stay
 # far below select's limit of 1024.
 STAT_FDS_KEPT = 256
+# The sampler's listing of /proc is kept while no task has been created since (the last
+# PID given out, /proc/loadavg, is as it was), and read again at least this often.
+RELIST_PIDS_S = 5.0
 
 
 def _descriptor_limit() -> int:
@@ -234,6 +237,10 @@ class ProcFs:
         self._masks: dict[CpuSet, CpuSet] = {}
         self._stat_fds: dict[int, int] = {}  # pid -> its stat file, open (live only)
         self._closer = weakref.finalize(self, _close_all, self._stat_fds)
+        self._listed: list[int] = []  # the last listing of /proc (listed_pids)
+        self._listed_at = (b"", float("-inf"))  # the last PID given out then, and when
+        self._relist = True  # a process of the listing is gone, or no listing yet
+        self._last_pid_known: bool | None = None  # /proc/loadavg names this namespace's last PID
 
     def close(self) -> None:
         """Close the stat files kept open (done too when the reader is collected)."""
@@ -259,26 +266,25 @@ class ProcFs:
         kept = self._stat_fds
         room = min(STAT_FDS_KEPT, _descriptor_limit() // 8)
         listed = set()
-        for pid in pids:
+        pread = os.pread
+        for pid in pids:  # (one loop, no call a process: it runs for every process every tick)
             listed.add(pid)
-            data = self._kept_stat(pid)
+            data = None
+            fd = kept.get(pid)
+            if fd is not None:
+                try:
+                    data = pread(fd, 4096, 0)
+                except OSError:  # the process it was opened for has ended (ESRCH): the PID is opened again
+                    del kept[pid]
+                    os.close(fd)
             if data is None:
                 data = self._open_stat(pid, room)
             if data is not None:
                 yield pid, data
+            else:
+                self._relist = True  # gone: the next listed_pids lists /proc again
         for pid in [p for p in kept if p not in listed]:
             os.close(kept.pop(pid))
-
-    def _kept_stat(self, pid: int) -> bytes | None:
-        fd = self._stat_fds.get(pid)
-        if fd is None:
-            return None
-        try:
-            return os.pread(fd, 4096, 0)
-        except OSError:  # the process it was opened for has ended (ESRCH): the PID is opened again
-            del self._stat_fds[pid]
-            os.close(fd)
-            return None
 
     def _open_stat(self, pid: int, room: int) -> bytes | None:
         path = f"/proc/{pid}/stat"
@@ -317,6 +323,36 @@ class ProcFs:
 
     def pids(self) -> list[int]:
         return [int(n) for n in self._names("/proc") if n.isdigit()]
+
+    def listed_pids(self, now: float) -> list[int]:
+        """``pids()``, live, without listing ``/proc`` again while nothing can have changed
+        it: the last PID the kernel gave out (``/proc/loadavg``'s last field; a new thread
+        takes one too) is the one it had given out at the last listing, no process of that
+        listing has been found gone by ``stats``, and the listing is under
+        ``RELIST_PIDS_S`` old. Listing ``/proc`` costs more than reading a few dozen ``stat``
+        files. Only where ``/proc`` is this process's PID namespace's (``/proc/self`` is
+        this process): ``loadavg`` counts the reader's namespace."""
+        last = self._last_pid() if self.live else None
+        if last is None:
+            return self.pids()
+        if not self._relist and last == self._listed_at[0] and now - self._listed_at[1] < RELIST_PIDS_S:
+            return list(self._listed)
+        self._listed = self.pids()
+        self._listed_at = (last, now)
+        self._relist = False
+        return list(self._listed)
+
+    def _last_pid(self) -> bytes | None:
+        if self._last_pid_known is None:
+            try:
+                self._last_pid_known = os.readlink("/proc/self") == str(os.getpid())
+            except OSError:
+                self._last_pid_known = False
+        if not self._last_pid_known:
+            return None
+        data = read_bytes("/proc/loadavg")
+        fields = data.split() if data else []
+        return fields[4] if len(fields) == 5 and fields[4].isdigit() else None
 
     def tids(self, pid: int) -> list[int]:
         return [int(n) for n in self._names(f"/proc/{pid}/task") if n.isdigit()]

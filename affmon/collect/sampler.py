@@ -4,20 +4,24 @@
 (command lines, user names, the last ``sched`` counters) keyed by PID/TID *and* start
 time, so a reused PID never inherits another process's data.
 
-Cost, cheapest first: every process's ``stat`` is read each tick, but a line that reads
-as it did at the last tick (most processes, most ticks) is not parsed again, and a carried
+Cost, cheapest first: every process's ``stat`` is read each tick, but a line that reads as
+it did at the last tick (most processes, most ticks) is not parsed again, and a carried
 process (below) whose line did not change is handed out as the same ``ProcessSample``
-object, which the rates reuse in turn. A process whose CPU time did not move by a clock tick since the
-last sample has only its threads' masks read (``sched_getaffinity``, one system call each),
-and a full read at least every ``QUIET_REREAD_EVERY`` samples. A thread of a process that
-is not watched (sampled only as evidence of what else runs on the watched processes'
-CPUs) has its ``stat`` and mask read, nothing else: CPU time by the clock tick, where it
-ran, its mask; its wait, switches and migrations are unknown. A watched thread: its
-``schedstat`` and the mask; ``stat`` only when it was not asleep at the last tick or has
-been scheduled since; ``sched`` (switches, migrations) only when its ``schedstat`` moved
-(a thread that was not scheduled cannot have switched), the previous counters carried
-otherwise, and only when it ran at least ``LIGHT_RUN_NS`` since (a thread that woke for
-a few microseconds has its switches and migrations unknown that tick). ``status`` is read once per watched process.
+object, which the rates reuse in turn. ``/proc`` is listed again only when the kernel has
+given out a PID since the last listing (``ProcFs.listed_pids``). A kernel thread's name
+may change without an exec (a kernel worker names the work it is doing): it stays the same
+process, and, having no other threads, has no task directory listed. A process whose CPU
+time did not move by a clock tick since the last sample has only its threads' masks read
+(``sched_getaffinity``, one system call each), and a full read at least every
+``QUIET_REREAD_EVERY`` samples. A thread of a process that is not watched (sampled only as
+evidence of what else runs on the watched processes' CPUs) has its ``stat`` and mask read,
+nothing else: CPU time by the clock tick, where it ran, its mask; its wait, switches and
+migrations are unknown. A watched thread: its ``schedstat`` and the mask; ``stat`` only
+when it was not asleep at the last tick or has been scheduled since; ``sched`` (switches,
+migrations) only when its ``schedstat`` moved (a thread that was not scheduled cannot have
+switched), the previous counters carried otherwise, and only when it ran at least
+``LIGHT_RUN_NS`` since (a thread that woke for a few microseconds has its switches and
+migrations unknown that tick). ``status`` is read once per watched process.
 
 A watched process's context (``affmon.collect.context``: Slurm, Kubernetes, torchrun) is
 read once; a watched training process's pages per NUMA node (``numa_maps``) every few
@@ -188,7 +192,7 @@ class Sampler:
         if start - self._mounts_read_at > _MOUNTS_REFRESH_S:
             self._mounts = read_mounts(self.root)
             self._mounts_read_at = start
-        stats = self._process_stats()
+        stats = self._process_stats(start)
         candidates, training = self._training(stats, gpu_pids, start)
         watched = self._select(stats, candidates, training)
         wanted = set(stats) if self.selection.others else watched
@@ -210,14 +214,14 @@ class Sampler:
 
     # -- selection ---------------------------------------------------------------
 
-    def _process_stats(self) -> dict[int, StatFields]:
+    def _process_stats(self, now: float) -> dict[int, StatFields]:
         """Every process's ``stat``. A line that reads as it did at the last sample (most
         processes, most ticks: nothing in it moved) keeps the fields parsed then, the same
         object, which tells ``_read_process`` the process is unchanged."""
         stats = {}
         lines: dict[int, tuple[bytes, StatFields]] = {}
         before = self._stat_lines
-        for pid, raw in self.proc.stats(p for p in self.proc.pids() if p != self._self_pid):
+        for pid, raw in self.proc.stats(p for p in self.proc.listed_pids(now) if p != self._self_pid):
             kept = before.get(pid)
             if kept is not None and kept[0] == raw:
                 stat = kept[1]
@@ -233,6 +237,11 @@ class Sampler:
 
     def _memo_for(self, stat: StatFields) -> _ProcessMemo:
         memo = self._memo.get(stat.pid)
+        renamed = memo is not None and memo.comm != stat.comm and memo.start_ticks == stat.start_ticks
+        if memo is not None and renamed and stat.flags & PF_KTHREAD:
+            # A kernel worker's name says what work it is doing ("kworker/1:0-events"); it
+            # changes most ticks, and a kernel thread never execs: the same process.
+            memo.comm = stat.comm
         # comm changes on exec, start time on PID reuse: either invalidates the cache.
         if memo is None or memo.start_ticks != stat.start_ticks or memo.comm != stat.comm:
             raw = self.proc.read(stat.pid, "cmdline")
@@ -303,6 +312,17 @@ class Sampler:
         self, stat: StatFields, gpu_use: list[tuple[int, int | None]], now: float, *, watched: bool, training: bool
     ) -> ProcessSample | None:
         pid = stat.pid
+        memo = self._memo.get(pid)
+        if (
+            memo is not None
+            and stat is memo.carried_stat  # its stat line reads as at the last tick, which carried it
+            and memo.carried_sample is not None
+            and memo.carried < CARRY_REREAD_EVERY
+            and not (watched or training or gpu_use)
+        ):
+            memo.carried += 1  # carried again, as below, without the checks that cannot have changed
+            memo.seen_s = now
+            return memo.carried_sample
         memo = self._memo_for(stat)
         cpu_ticks = stat.utime_ticks + stat.stime_ticks
         carry = (
@@ -332,7 +352,8 @@ class Sampler:
         seen: dict[int, _ThreadMemo] = {}
         previous = memo.threads
         quiet = cpu_ticks == memo.cpu_ticks and memo.quiet_ticks < QUIET_REREAD_EVERY and self.proc.live
-        for tid in self.proc.tids(pid):
+        # A kernel thread has no other threads: no listing of its task directory.
+        for tid in (pid,) if stat.flags & PF_KTHREAD else self.proc.tids(pid):
             before = previous.get(tid)
             try:
                 if quiet and before is not None:
@@ -448,6 +469,7 @@ class Sampler:
         if (
             prev is not None
             and prev.sample.start_ticks == stat.start_ticks
+            and prev.sample.name == stat.comm  # a kernel worker renames itself for a tick's work
             and prev.sample.cpu_ns == cpu_ns
             and prev.sample.psr == stat.processor
             and prev.sample.state == stat.state

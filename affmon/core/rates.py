@@ -227,13 +227,23 @@ def make_snapshot(previous: Sample, current: Sample, topology: Topology, before:
     old_processes = {p.pid: p for p in previous.processes}
     carried = {p.sample.key: p for p in before.processes if not p.sample.threads_read} if before is not None else {}
     old_gpus = {g.index: g for g in previous.gpus}
+    processes = []
+    for p in current.processes:
+        before_p = carried.get(p.key)
+        if (
+            before_p is not None
+            and before_p.sample is p
+            and old_processes.get(p.pid) is p
+            and before_p.cpu_percent == (None if p.cpu_ns is None else 0.0)
+        ):
+            processes.append(before_p)  # as ``_carried_rates`` would return it, without the calls
+        else:
+            processes.append(process_rates(p, old_processes.get(p.pid), seconds, topology, before_p))
     return Snapshot(
         topology=topology,
         previous=previous,
         current=current,
         interval_s=seconds,
-        processes=tuple(
-            process_rates(p, old_processes.get(p.pid), seconds, topology, carried.get(p.key)) for p in current.processes
-        ),
+        processes=tuple(processes),
         gpus=tuple(gpu_rates(g, old_gpus.get(g.index), seconds, topology) for g in current.gpus),
     )
