@@ -355,6 +355,50 @@ def test_rows_that_did_not_change_are_not_formatted_again(monkeypatch):
     run(go())
 
 
+def test_the_same_rows_at_the_same_width_are_neither_fitted_nor_put_and_a_new_width_is(monkeypatch):
+    """A tick that changes no row (a quiet machine's) does no table work; the same rows at
+    another width are laid out again."""
+    fits: list[int] = []
+    puts: list[int] = []
+    fit, put_rows = ProcessTable._fit, ProcessTable.put_rows
+
+    def counting_fit(self, *args, **kwargs):
+        fits.append(self.size.width)
+        return fit(self, *args, **kwargs)
+
+    def counting_put(self, rows):
+        puts.append(len(rows))
+        return put_rows(self, rows)
+
+    monkeypatch.setattr(ProcessTable, "_fit", counting_fit)
+    monkeypatch.setattr(ProcessTable, "put_rows", counting_put)
+
+    async def go():
+        app = replay_app("hogs")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            view = app.view
+            assert view is not None
+            table = app.query_one(ProcessTable)
+            rows = table_rows(view, TableOptions())
+            colors = app._job_colors(view)
+            table.show(rows, app.pal, colors)
+            width = table.size.width
+            fits.clear(), puts.clear()
+            table.show(table_rows(view, TableOptions()), app.pal, colors)  # equal rows, built again
+            table.show((), app.pal, colors)  # no rows: emptied
+            assert len(fits) == 1 and puts == [0]  # only the emptying
+            table.show((), app.pal, colors)
+            assert (len(fits), len(puts)) == (1, 1)
+            await pilot.resize_terminal(120, 48)
+            await pilot.pause()
+            fits.clear(), puts.clear()
+            table.show((), app.pal, colors)
+            assert len(fits) == 1 and fits[0] < width and puts == [0]
+
+    run(go())
+
+
 def test_a_hidden_plot_is_not_set_up_and_is_drawn_once_shown(monkeypatch):
     """At 140x40 the process plot is hidden: no figure is set up for it each tick; made
     visible, it shows the newest data."""
