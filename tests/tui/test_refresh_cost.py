@@ -327,6 +327,19 @@ def test_a_static_follows_a_new_theme():
     run(go())
 
 
+async def shown_hogs_table(app, pilot):
+    """The "hogs" recording played; its last view's rows shown in the process table:
+    (the table, the rows, the jobs' colours)."""
+    await play(pilot)
+    view = app.view
+    assert view is not None
+    table = app.query_one(ProcessTable)
+    rows = table_rows(view, TableOptions())
+    colors = app._job_colors(view)
+    table.show(rows, app.pal, colors)
+    return table, rows, colors
+
+
 def test_rows_that_did_not_change_are_not_formatted_again(monkeypatch):
     calls: list[int] = []
     original = processes.process_cells
@@ -340,13 +353,7 @@ def test_rows_that_did_not_change_are_not_formatted_again(monkeypatch):
     async def go():
         app = replay_app("hogs")
         async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            view = app.view
-            assert view is not None
-            table = app.query_one(ProcessTable)
-            rows = table_rows(view, TableOptions())
-            colors = app._job_colors(view)
-            table.show(rows, app.pal, colors)
+            table, rows, colors = await shown_hogs_table(app, pilot)
             calls.clear()
             table.show(rows, app.pal, colors)  # the same rows again (a cursor event, a quiet tick)
             assert calls == []
@@ -376,16 +383,11 @@ def test_the_same_rows_at_the_same_width_are_neither_fitted_nor_put_and_a_new_wi
     async def go():
         app = replay_app("hogs")
         async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            view = app.view
-            assert view is not None
-            table = app.query_one(ProcessTable)
-            rows = table_rows(view, TableOptions())
-            colors = app._job_colors(view)
-            table.show(rows, app.pal, colors)
+            table, _, colors = await shown_hogs_table(app, pilot)
             width = table.size.width
             fits.clear(), puts.clear()
-            table.show(table_rows(view, TableOptions()), app.pal, colors)  # equal rows, built again
+            assert app.view is not None
+            table.show(table_rows(app.view, TableOptions()), app.pal, colors)  # equal rows, built again
             table.show((), app.pal, colors)  # no rows: emptied
             assert len(fits) == 1 and puts == [0]  # only the emptying
             table.show((), app.pal, colors)
