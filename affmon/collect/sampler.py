@@ -320,7 +320,8 @@ class Sampler:
             and memo.carried < CARRY_REREAD_EVERY
             and not (watched or training or gpu_use)
         ):
-            memo.carried += 1  # carried again, as below, without the checks that cannot have changed
+            memo.carried += 1  # carried again, as below, without the checks that cannot have changed:
+            # the same line has the same start time and name, and its CPU time has not moved
             memo.seen_s = now
             return memo.carried_sample
         memo = self._memo_for(stat)
@@ -335,10 +336,8 @@ class Sampler:
             and _percent(cpu_ticks - memo.seen_ticks, now - memo.seen_s) < CARRY_BELOW_PERCENT
         )
         memo.seen_ticks, memo.seen_s = cpu_ticks, now
-        if carry:
+        if carry:  # (its stat line as it was at the last tick, which carried it: handed out above)
             memo.carried += 1
-            if memo.carried_sample is not None and memo.carried_stat is stat:
-                return memo.carried_sample  # its stat line is as it was: nothing in its sample moved
             memo.carried_sample = self._process_sample(stat, memo, None, None, gpu_use, watched, training, read=False)
             memo.carried_stat = stat
             return memo.carried_sample
