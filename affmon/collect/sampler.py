@@ -237,8 +237,12 @@ class Sampler:
 
     def _memo_for(self, stat: StatFields) -> _ProcessMemo:
         memo = self._memo.get(stat.pid)
-        renamed = memo is not None and memo.comm != stat.comm and memo.start_ticks == stat.start_ticks
-        if memo is not None and renamed and stat.flags & PF_KTHREAD:
+        if (
+            memo is not None
+            and memo.comm != stat.comm
+            and memo.start_ticks == stat.start_ticks
+            and stat.flags & PF_KTHREAD
+        ):
             # A kernel worker's name says what work it is doing ("kworker/1:0-events"); it
             # changes most ticks, and a kernel thread never execs: the same process.
             memo.comm = stat.comm

@@ -220,7 +220,7 @@ class ProcessTable(CellTable):
         self._style: tuple[Palette, dict[int, str]] | None = None
         self._layout: tuple[tuple[str, str, int], ...] = ()
         self._sort: tuple[str | None, bool] = (None, False)
-        self._shown_for: tuple[int, str | None, bool] | None = None  # the width and sort last laid out for
+        self._width: int | None = None  # the width last laid out for
         self.user_moved = False  # until the person moves the cursor, it follows the top row
 
     def on_key(self, event: events.Key) -> None:
@@ -257,7 +257,7 @@ class ProcessTable(CellTable):
         """Lay out ``rows``; keep the cursor on ``select`` (default: the current key)."""
         wanted = select or (self.selected_key if self.user_moved else (rows[0].key if rows else None))
         table_width = self.size.width
-        shown = (table_width, sort, reverse) == self._shown_for and self._style == (p, job_colors)
+        shown = table_width == self._width and (sort, reverse) == self._sort and self._style == (p, job_colors)
         if shown and list(rows) == self._rows:
             # The rows, colours, sort and width it shows (a quiet machine's tick): nothing to
             # format, fit or compare cell by cell.
@@ -287,7 +287,7 @@ class ProcessTable(CellTable):
         self.put_rows([tuple(c[i] for i in picked) for c in cells])
         self._rows, self._full, self._keys = list(rows), cells, [r.key for r in rows]
         self._sort = (sort, reverse)
-        self._shown_for = (table_width, sort, reverse)
+        self._width = table_width
         if wanted is not None and wanted != self.selected_key:
             self.select_key(wanted)
 
