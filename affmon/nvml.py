@@ -2,7 +2,9 @@
 
 The module is handed in (``NvmlGateway(module=fake)`` in tests) or imported lazily, so
 affmon starts and works CPU-only where ``nvidia-ml-py`` or the driver is missing; the
-reason is kept in ``status`` as one line.
+reason is kept in ``status`` as one line. Where the driver's library is missing, ``pynvml``
+is not imported at all: its bindings are 2-4 MiB of the process's memory (RSS, measured
+on a two-core VM) that a CPU-only monitor would carry for nothing.
 
 Every call is guarded: NotSupported makes that field unknown (and the call is not tried
 again on that GPU: nvitop's habit, it saves the cost of repeated failures); GPU_IS_LOST
@@ -35,7 +37,10 @@ utilisation still comes from the rates' last period.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
+import importlib.util
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -124,6 +129,25 @@ class _Device:
         self.util_seen_us = 0  # NVML timestamp of the newest utilisation sample read
 
 
+NO_PACKAGE = "no NVML: the nvidia-ml-py package is not installed; running CPU-only"
+NVML_LIBRARY = "libnvidia-ml.so.1"  # the driver's library, as pynvml loads it on Linux
+
+
+def _missing_nvml() -> str | None:
+    """Why NVML cannot load, found without importing ``pynvml``: the package is not
+    installed, or the driver's library does not load (the words are pynvml's own for it);
+    None when both are there."""
+    if "pynvml" in sys.modules:  # imported already (None: marked missing)
+        return NO_PACKAGE if sys.modules["pynvml"] is None else None
+    if importlib.util.find_spec("pynvml") is None:
+        return NO_PACKAGE
+    try:
+        ctypes.CDLL(NVML_LIBRARY)
+    except OSError:
+        return "no NVML (NVML Shared Library Not Found); running CPU-only"
+    return None
+
+
 class NvmlGateway:
     def __init__(self, module: Any | None = None, pcie_window_s: float = PCIE_WINDOW_S) -> None:
         self._module = module
@@ -138,10 +162,15 @@ class NvmlGateway:
 
     def open(self) -> bool:
         """Load and initialise NVML; False (with ``status`` saying why) when there is none."""
+        if self._module is None:
+            missing = _missing_nvml()
+            if missing is not None:
+                self.status = missing
+                return False
         try:
             nvml = self._module if self._module is not None else importlib.import_module("pynvml")
         except ImportError:
-            self.status = "no NVML: the nvidia-ml-py package is not installed; running CPU-only"
+            self.status = NO_PACKAGE
             return False
         try:
             nvml.nvmlInit()

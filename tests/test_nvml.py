@@ -1,5 +1,6 @@
 """The NVML gateway against a fake pynvml: normal reads, NotSupported, lost GPUs, no NVML."""
 
+import subprocess
 import sys
 import time
 
@@ -166,6 +167,24 @@ def test_real_module_without_driver_is_cpu_only_in_one_line():
         g.close()
     else:
         assert "CPU-only" in g.status and "\n" not in g.status
+
+
+def test_without_the_driver_library_pynvml_is_never_imported_and_the_words_are_its_own():
+    # A fresh interpreter: the library's name made one that no machine has, so this runs the
+    # same way with a GPU and without.
+    code = (
+        "import sys, affmon.nvml as n\n"
+        "n.NVML_LIBRARY = 'libaffmon-test-no-such-library.so.1'\n"
+        "g = n.NvmlGateway()\n"
+        "print(g.open(), 'pynvml' in sys.modules, g.status, sep='|')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    opened, imported, status = out.rstrip("\n").split("|")
+    assert (opened, imported) == ("False", "False")
+    import pynvml
+
+    words = str(pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
+    assert status == f"no NVML ({words}); running CPU-only"
 
 
 def test_unavailable_memory_sentinel_is_unknown():

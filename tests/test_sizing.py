@@ -4,6 +4,7 @@ synthetic samples built from schedstat-like counters (run and run-queue wait, ns
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import itertools
 from pathlib import Path
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from affmon.commands.diagnose import diagnose, findings_text
 from affmon.core.advice import candidate_placements, job_of, occupants, propose_pin, suggest_for_job
 from affmon.core.findings import Context, evaluate, find_jobs
+from affmon.core.need import for_need, job_need
 from affmon.core.rates import Snapshot, make_snapshot
 from affmon.core.recording import read_recording
 from affmon.core.samples import GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
@@ -132,6 +134,36 @@ def test_a_starved_job_gets_a_cpu_per_busy_thread_measured_over_the_window():
     sized = next(r for r in s.reasons if r.startswith("Sized for"))
     assert "7 threads needed a CPU" in sized and "4 intervals" in sized and "4 DataLoader workers" in sized
     assert not any("rank" in line for line in (*s.reasons, *s.warnings))
+
+
+def test_a_window_of_earlier_intervals_kept_for_the_sizing_alone_sizes_the_same():
+    # The monitor keeps the earlier intervals of its window as ``for_need`` makes them: on
+    # the hogs recording that drops the 16 hogs and every other unwatched process.
+    _, window = recording("hogs")
+    light = [for_need(s) for s in window[:-1]] + [window[-1]]
+    assert all(len(a.processes) < len(b.processes) for a, b in zip(light[:-1], window, strict=False))
+    assert all(p.sample.watched for s in light[:-1] for p in s.processes)
+    assert all({p.pid for p in s.current.processes} == {p.sample.pid for p in s.processes} for s in light[:-1])
+    (job,) = find_jobs(window[-1])
+    assert job_need(job, light) == job_need(job, window)
+    assert suggest_for_job(job, window[-1], window=light) == suggest_for_job(job, window[-1], window=window)
+
+
+def test_a_process_is_sized_over_the_intervals_it_was_seen_in():
+    _, window = recording("hogs")
+    (job,) = find_jobs(window[-1])
+    other = next(p for p in window[-1].processes if not p.sample.watched and not p.sample.kernel)
+    alone = job_of(window[-1], other.sample.pid)
+    assert alone is not None
+    # an unwatched process is in every whole snapshot, and only in the last of a light window
+    assert job_need(alone, window).intervals == len(window) == 4
+    light = [for_need(s) for s in window[:-1]] + [window[-1]]
+    assert job_need(alone, light).intervals == 1
+    assert "over the last interval (" in job_need(alone, light).sentence
+    # a job not yet there in the first two intervals: sized over the two it was in
+    gone = [dataclasses.replace(s, processes=()) for s in window[:2]] + window[2:]
+    need = job_need(job, gone)
+    assert need.intervals == 2 and need.window_s == sum(s.interval_s for s in window[2:])
 
 
 def test_diagnose_sizes_over_its_own_samples():

@@ -12,14 +12,20 @@ wait) ``busy_demand`` of the time; or when it belongs to a DataLoader worker (a 
 process other than the root) and ran at least ``neighbour_floor_percent`` of the window:
 a worker that ran at all is part of the pipeline, however starved. Threads are those of the
 job at the window's end (a worker that exited is not counted twice beside its successor),
-matched across intervals by TID and start time.
+matched across intervals by TID and start time. The window is the intervals in which the
+job was seen: one that started two intervals ago is sized over those two.
+
+A front end that keeps a window need not keep every process of it: ``for_need`` is what
+``job_need`` reads of an interval that is not the window's last, its watched processes
+(a job's members are watched). A process that is not watched is sized over the last
+interval alone, and says so.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from affmon.core.domains import plural
 from affmon.core.findings import DEFAULT_THRESHOLDS, Job, Thresholds, demand
@@ -72,11 +78,16 @@ def job_need(job: Job, window: Sequence[Snapshot], t: Thresholds = DEFAULT_THRES
         raise ValueError("a need is measured over at least one interval")
     pids = job.pids
     series: dict[tuple[int, int], list[tuple[ThreadRates, float]]] = {}
+    seen_in: list[Snapshot] = []
     for snap in window:
+        found = False
         for p in snap.processes:
             if p.sample.pid in pids:
+                found = True
                 for th in p.threads:
                     series.setdefault((th.sample.tid, th.sample.start_ticks), []).append((th, snap.interval_s))
+        if found or snap is window[-1]:
+            seen_in.append(snap)
     root_main = job.root.sample.pid
     needy: list[ThreadNeed] = []
     for member, th in job.threads():
@@ -99,8 +110,25 @@ def job_need(job: Job, window: Sequence[Snapshot], t: Thresholds = DEFAULT_THRES
         cpus=max(len(needy), with_headroom),
         threads=tuple(needy),
         demand_cpus=total,
-        window_s=sum(s.interval_s for s in window),
-        intervals=len(window),
+        window_s=sum(s.interval_s for s in seen_in),
+        intervals=len(seen_in),
+    )
+
+
+def for_need(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` as an earlier interval of a window: its watched processes only, what
+    ``job_need`` reads of it. Every other process's samples and rates (most of a busy
+    machine's threads) are left to go when the snapshot itself does."""
+    kept = tuple(p for p in snapshot.processes if p.sample.watched)
+    if len(kept) == len(snapshot.processes):
+        return snapshot
+    pids = {p.sample.pid for p in kept}
+    previous, current = snapshot.previous, snapshot.current
+    return replace(
+        snapshot,
+        previous=replace(previous, processes=tuple(p for p in previous.processes if p.pid in pids)),
+        current=replace(current, processes=tuple(p.sample for p in kept)),
+        processes=kept,
     )
 
 

@@ -208,7 +208,10 @@ def test_the_window_is_bounded_and_ends_at_the_view_asked_about():
     newest = m.window_until(views[-1].snapshot)
     assert len(newest) == PIN_WINDOW and newest[-1] is views[-1].snapshot
     older = m.window_until(views[-2].snapshot)
-    assert older == newest[:-1]
+    assert older[:-1] == newest[:-2] and older[-1] is views[-2].snapshot
+    # the window keeps the earlier intervals as the sizing reads them: the watched processes
+    assert all(p.sample.watched for s in newest[:-1] for p in s.processes)
+    assert [s.current.monotonic_s for s in older] == [s.current.monotonic_s for s in newest[:-1]]
     assert m.window_until(views[0].snapshot) == ()  # long gone from the window
 
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -32,6 +35,7 @@ from tests.recordings import monitor as recorded_monitor
 from tests.tui.helpers import FakePinner, ListSource, play, replay_app, step
 
 SIZE = (160, 48)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(coro):
@@ -426,6 +430,31 @@ def test_a_hidden_plot_is_not_set_up_and_is_drawn_once_shown(monkeypatch):
             assert "695" in str(plot.render())
 
     run(go())
+
+
+PLOTEXT_PROBE = """
+import asyncio, sys
+from tests.tui.helpers import play, replay_app
+
+async def go():
+    app = replay_app("narrow")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await play(pilot)
+        print("hidden", "plotext" in sys.modules, "textual_plotext" in sys.modules)
+        await pilot.resize_terminal(160, 48)
+        await pilot.pause()
+        print("shown", "plotext" in sys.modules, "textual_plotext" in sys.modules)
+
+asyncio.run(go())
+"""
+
+
+def test_plotext_is_imported_when_a_plot_is_first_shown_and_not_before():
+    # A fresh interpreter: this one has imported plotext for the tests above.
+    out = subprocess.run(
+        [sys.executable, "-c", PLOTEXT_PROBE], capture_output=True, text=True, timeout=120, cwd=ROOT, check=True
+    ).stdout.splitlines()
+    assert out == ["hidden False False", "shown True True"]
 
 
 def test_a_plot_given_the_same_data_is_not_rendered_again(monkeypatch):
