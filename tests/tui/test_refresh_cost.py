@@ -177,6 +177,11 @@ def test_the_tables_caches_stay_bounded_as_figures_change():
             assert len(t._line_cache) <= celltable.TEXTUAL_LINES_KEPT
             assert len(t._renders) <= celltable.RENDER_CACHE_CELLS
             assert t.cell_renders >= 400  # the figures did change: each tick rendered new cells
+            # and Textual's caches hold the renders of the shown figures alone: one screen
+            height = t.size.height
+            assert len(t._line_cache) <= height and len(t._row_render_cache) <= height
+            assert len(t._row_renderable_cache) <= height
+            assert len(t._cell_render_cache) <= len(t.columns)  # the header's cells
 
     run(go())
 

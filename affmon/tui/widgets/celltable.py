@@ -29,6 +29,8 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.cache import LRUCache
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
 
@@ -39,7 +41,9 @@ RENDER_CACHE_CELLS = 4096  # a 160x48 screen shows about 600 cells; the rest are
 # Textual's own caches, keyed on its update counter: each tick's renders are new entries
 # until the cache is full (10,000 cells, 1,000 rows and lines: 10-15 MiB a table, reached
 # after minutes to half an hour: the monitor's memory grew all that time). Cells are
-# cached here; Textual's keep what one screen of rows and lines needs.
+# cached here; Textual's keep what one screen of rows and lines needs, and are emptied
+# when the counter moves (``render_lines``): an entry under an older count is never read
+# again. These bounds are the backstop.
 TEXTUAL_CELLS_KEPT = 512
 TEXTUAL_ROWS_KEPT = 256
 TEXTUAL_LINES_KEPT = 256
@@ -53,6 +57,7 @@ class CellTable(DataTable[Text]):
         self._row_render_cache = LRUCache(TEXTUAL_ROWS_KEPT)
         self._row_renderable_cache = LRUCache(TEXTUAL_ROWS_KEPT)
         self._line_cache = LRUCache(TEXTUAL_LINES_KEPT)
+        self._cached_for = self._update_count  # the update count Textual's caches hold renders of
         self._shown: list[Cells] = []
         self._renders: dict[tuple[object, ...], tuple[Text, list[list[Segment]]]] = {}
         self.cell_renders = 0  # cells rendered through Rich (a figure for tests and benchmarks)
@@ -90,6 +95,15 @@ class CellTable(DataTable[Text]):
         while len(shown) > len(rows):
             shown.pop()
             self.remove_row(f"r{len(shown)}")
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        if self._update_count != self._cached_for:
+            self._cached_for = self._update_count
+            self._cell_render_cache.clear()
+            self._row_render_cache.clear()
+            self._row_renderable_cache.clear()
+            self._line_cache.clear()
+        return super().render_lines(crop)
 
     def clear(self, columns: bool = False) -> Any:
         self._shown = []
