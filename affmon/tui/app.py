@@ -54,6 +54,7 @@ from affmon.tui.layout import (
     empty_message,
     pane_heights,
 )
+from affmon.tui.memory import Trimmer, libc_trim
 from affmon.tui.model.monitor import HISTORY_LEN, Monitor
 from affmon.tui.model.table import SORT_COLUMNS, TableOptions, next_sort, process_key, table_rows
 from affmon.tui.model.views import ProcessRow, View, thread_rows
@@ -158,6 +159,7 @@ class AffmonApp(App[None]):
         self.selected_pid: int | None = focus_pid
         self._pending_select: str | None = process_key(focus_pid) if focus_pid is not None else None
         self._ticker: Ticker[View | None] = Ticker(self._run_tick, self._post_tick_done)
+        self._trimmer = Trimmer(libc_trim())
         self._tick_started_s = 0.0  # when the newest sample's reading started (written by the thread reading it)
         self._error: str | None = None
         self._note = ""
@@ -235,6 +237,7 @@ class AffmonApp(App[None]):
         return sample
 
     def _run_tick(self) -> View | None:  # on the ticker's thread
+        self._trimmer.due()  # before the tick allocates: the views before the one shown are freed by now
         # A replay's first tick takes two samples: a view needs an interval. Live, two
         # samples taken back to back would give rates over a tenth of a second: the first
         # view waits for the next tick, FIRST_INTERVAL_S later, and meanwhile the screen
