@@ -1,5 +1,7 @@
 """Rates from two samples: wait ratio, CPU share, switches, migrations, where threads ran."""
 
+import dataclasses
+
 import pytest
 
 from affmon.core.rates import make_snapshot, thread_rates
@@ -109,3 +111,26 @@ def test_the_same_sample_twice_gives_what_the_general_path_gives(mig):
     copy = dataclasses.replace(same)  # equal, but not the same object: the general path
     assert copy is not same
     assert thread_rates(same, same, 1.0) == thread_rates(same, copy, 1.0)
+
+
+def test_a_thread_scheduled_in_neither_interval_keeps_its_rates_object_and_others_get_new_ones():
+    idle = thread(tid=10, psr=1, cpu=500, wait=70, vcs=4, ics=2)
+    ran0, ran1 = thread(tid=11, psr=2, cpu=100, wait=0), thread(tid=11, psr=3, cpu=900, wait=50)
+    slept0, slept1 = thread(tid=12, psr=4, cpu=10, wait=0), thread(tid=12, psr=4, cpu=300, wait=0)
+    s0 = sample(1.0, process(idle, ran0, slept0))
+    s1 = sample(2.0, process(idle, ran1, slept1))
+    s2 = sample(3.0, process(idle, ran1, slept1))  # the sampler hands the same samples back
+    first = make_snapshot(s0, s1, TOPO)
+    second = make_snapshot(s1, s2, TOPO, before=first)
+    (p1,), (p2,) = first.processes, second.processes
+    assert p2.threads[0] is p1.threads[0]  # idle in both intervals: handed out again
+    # 11 and 12 ran in the first interval, not in the second: new objects, of zero rates
+    for i in (1, 2):
+        assert p2.threads[i] is not p1.threads[i] and p1.threads[i].cpu_ns_delta
+        assert p2.threads[i].cpu_ns_delta == 0 and p2.threads[i].cpu_percent == 0.0
+    third = make_snapshot(s2, dataclasses.replace(s2, monotonic_s=4.0), TOPO, before=second)
+    (p3,) = third.processes
+    assert all(a is b for a, b in zip(p3.threads, p2.threads, strict=True))
+    # and every one equals what is built without the snapshot before
+    alone = make_snapshot(s2, dataclasses.replace(s2, monotonic_s=4.0), TOPO)
+    assert p3.threads == alone.processes[0].threads

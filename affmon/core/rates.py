@@ -101,12 +101,19 @@ def _zero(value: int | None) -> float | None:
     return None if value is None else 0.0
 
 
-def thread_rates(cur: ThreadSample, prev: ThreadSample | None, seconds: float) -> ThreadRates:
+def thread_rates(
+    cur: ThreadSample, prev: ThreadSample | None, seconds: float, before: ThreadRates | None = None
+) -> ThreadRates:
+    """``before``: this thread's rates in the interval before, if known: where the thread
+    was not scheduled in either interval they are the same values of the same sample,
+    and are handed out again instead of built anew."""
     if prev is None or prev.start_ticks != cur.start_ticks:
         return ThreadRates(cur, None, None, None, None, None, None, None)
     if cur is prev:
         # The sampler hands back the same sample for a thread that was not scheduled
         # (most threads, most ticks): every counter moved by zero.
+        if before is not None and before.sample is cur and _unmoved(before):
+            return before
         return ThreadRates(
             cur,
             _zero(cur.cpu_ns),
@@ -132,6 +139,20 @@ def thread_rates(cur: ThreadSample, prev: ThreadSample | None, seconds: float) -
     )
 
 
+def _unmoved(r: ThreadRates) -> bool:
+    """Whether ``r`` holds what ``thread_rates`` gives a thread whose sample did not change."""
+    t = r.sample
+    return (
+        r.wait_ratio is None
+        and r.cpu_percent == _zero(t.cpu_ns)
+        and r.cpu_ns_delta == (None if t.cpu_ns is None else 0)
+        and r.wait_ns_delta == (None if t.wait_ns is None else 0)
+        and r.voluntary_switches_per_s == _zero(t.voluntary_switches)
+        and r.involuntary_switches_per_s == _zero(t.involuntary_switches)
+        and r.migrations_per_s == _zero(t.migrations)
+    )
+
+
 def _sum(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None
@@ -142,15 +163,21 @@ def process_rates(
     prev: ProcessSample | None,
     seconds: float,
     topology: Topology,
-    carried_before: ProcessRates | None = None,
+    before: ProcessRates | None = None,
 ) -> ProcessRates:
-    """``carried_before``: this process's rates in the snapshot before, where its threads
-    were carried then too; their per-thread part (all unknown) is reused as it is."""
+    """``before``: this process's rates in the snapshot before. Where its threads were
+    carried then too, their per-thread part (all unknown) is reused as it is; where they
+    were read, a thread scheduled in neither interval keeps its rates object."""
     same = prev is not None and prev.key == cur.key
     if same and prev is not None and not (cur.threads_read and prev.threads_read):
-        return _carried_rates(cur, prev, seconds, topology, carried_before)
+        carried = before if before is not None and not before.sample.threads_read else None
+        return _carried_rates(cur, prev, seconds, topology, carried)
     old = {t.tid: t for t in prev.threads} if same and prev is not None else {}
-    threads = tuple(thread_rates(t, old.get(t.tid), seconds) for t in cur.threads)
+    kept = before.threads if before is not None and before.sample.threads_read else ()
+    if len(kept) == len(cur.threads):  # threads in the same places, most ticks: matched by position
+        threads = tuple(thread_rates(t, old.get(t.tid), seconds, b) for t, b in zip(cur.threads, kept, strict=True))
+    else:
+        threads = tuple(thread_rates(t, old.get(t.tid), seconds) for t in cur.threads)
     pairs = [
         (t.cpu_ns_delta, t.wait_ns_delta) for t in threads if t.cpu_ns_delta is not None and t.wait_ns_delta is not None
     ]
@@ -220,18 +247,21 @@ def gpu_rates(cur: GpuSample, prev: GpuSample | None, seconds: float, topology: 
 def make_snapshot(previous: Sample, current: Sample, topology: Topology, before: Snapshot | None = None) -> Snapshot:
     """The interval between two samples. ``before``: the snapshot that ended at ``previous``,
     if there is one; the unknown per-thread rates of processes whose threads stay carried
-    are taken from it instead of being built again (most unwatched processes, most ticks)."""
+    are taken from it instead of being built again (most unwatched processes, most ticks),
+    and so are the rates of threads scheduled in neither interval (in a process whose
+    threads were read because some of them ran, most of the others)."""
     seconds = current.monotonic_s - previous.monotonic_s
     if seconds <= 0:
         raise ValueError("samples must be taken in order, with time between them")
     old_processes = {p.pid: p for p in previous.processes}
-    carried = {p.sample.key: p for p in before.processes if not p.sample.threads_read} if before is not None else {}
+    befores = {p.sample.key: p for p in before.processes} if before is not None else {}
     old_gpus = {g.index: g for g in previous.gpus}
     processes = []
     for p in current.processes:
-        before_p = carried.get(p.key)
+        before_p = befores.get(p.key)
         if (
             before_p is not None
+            and not before_p.sample.threads_read
             and before_p.sample is p
             and old_processes.get(p.pid) is p
             and before_p.cpu_percent == (None if p.cpu_ns is None else 0.0)
