@@ -3,6 +3,7 @@ a contender has its threads carried, not read; python processes without a GPU or
 deep-learning runtime are watched but are not training; affmon processes are never
 watched. All against real processes."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -62,14 +63,42 @@ def test_a_quiet_unwatched_process_is_carried_and_read_again_once_it_uses_cpu():
 
 
 def test_carried_threads_are_read_again_after_a_bounded_number_of_samples(monkeypatch):
-    monkeypatch.setattr(sampler_module, "CARRY_REREAD_EVERY", 2)
+    monkeypatch.setattr(sampler_module, "CARRY_REREAD_EVERY", 3)
     with driven(QUIET, argv0="quietother") as other:
         sampler = Sampler("/", Selection(others=True))
         reads = []
-        for _ in range(4):
+        for _ in range(9):
             reads.append(process(sampler.sample(), other.pid).threads_read)
             time.sleep(0.3)
-        assert reads == [True, False, False, True]
+        # the first run of carried samples is shortened by the PID (3 - PID % 3 of them),
+        # every later one is 3 long
+        first = 3 - other.pid % 3
+        expected = [True] + [False] * first + [True] + [False] * 3 + [True]
+        assert reads == (expected + [False] * 9)[:9]
+
+
+def test_processes_first_seen_together_are_not_all_read_again_on_the_same_tick(monkeypatch):
+    monkeypatch.setattr(sampler_module, "CARRY_REREAD_EVERY", 4)
+    with contextlib.ExitStack() as stack:
+        a = stack.enter_context(driven(QUIET, argv0="quietother"))
+        b = stack.enter_context(driven(QUIET, argv0="quietother"))
+        for _ in range(8):  # PIDs in another phase: almost always the next one
+            if b.pid % 4 != a.pid % 4:
+                break
+            b = stack.enter_context(driven(QUIET, argv0="quietother"))
+        assert b.pid % 4 != a.pid % 4
+        sampler = Sampler("/", Selection(others=True))
+        reads: dict[int, list[int]] = {a.pid: [], b.pid: []}
+        for tick in range(6):
+            s = sampler.sample()
+            for pid in reads:
+                if process(s, pid).threads_read:
+                    reads[pid].append(tick)
+            time.sleep(0.3)
+        assert reads[a.pid][0] == reads[b.pid][0] == 0  # both read when first seen
+        assert reads[a.pid][1] != reads[b.pid][1]  # and again on ticks of their own
+        for pid, ticks in reads.items():
+            assert ticks[1] == 1 + 4 - pid % 4
 
 
 def test_watched_processes_are_never_carried():
