@@ -257,14 +257,15 @@ class ProcessTable(CellTable):
         """Lay out ``rows``; keep the cursor on ``select`` (default: the current key)."""
         wanted = select or (self.selected_key if self.user_moved else (rows[0].key if rows else None))
         table_width = self.size.width
-        shown = table_width == self._width and (sort, reverse) == self._sort and self._style == (p, job_colors)
-        if shown and list(rows) == self._rows:
+        same_style = self._style == (p, job_colors)
+        given = list(rows)
+        if same_style and table_width == self._width and (sort, reverse) == self._sort and given == self._rows:
             # The rows, colours, sort and width it shows (a quiet machine's tick): nothing to
             # format, fit or compare cell by cell.
             if wanted is not None and wanted != self.selected_key:
                 self.select_key(wanted)
             return
-        if self._style != (p, job_colors):
+        if not same_style:
             self._style, self._rows = (p, dict(job_colors)), []
         old, full = self._rows, self._full
         cells: list[Cells] = []
@@ -285,7 +286,7 @@ class ProcessTable(CellTable):
         index = {key: i for i, (key, _, _) in enumerate(COLUMNS)}
         picked = [index[key] for key, _, _ in layout]
         self.put_rows([tuple(c[i] for i in picked) for c in cells])
-        self._rows, self._full, self._keys = list(rows), cells, [r.key for r in rows]
+        self._rows, self._full, self._keys = given, cells, [r.key for r in rows]
         self._sort = (sort, reverse)
         self._width = table_width
         if wanted is not None and wanted != self.selected_key:
