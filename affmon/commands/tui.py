@@ -86,7 +86,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
         from affmon.tui.app import AffmonApp
 
         focus = args.tui_pid[0] if args.tui_pid else None
-        AffmonApp(
+        app = AffmonApp(
             source,
             pinner,
             interval,
@@ -95,7 +95,9 @@ def cmd_tui(args: argparse.Namespace) -> int:
             demo=bool(getattr(args, "demo", False)),
             first_view=first,
             early=early,
-        ).run()
+        )
+        first = None  # the app drops it once shown; held here, it would stay for the whole run
+        app.run()
     finally:
         if early is not None:
             early.close()

@@ -378,6 +378,40 @@ def test_live_the_first_view_covers_a_real_interval():
         run(go(w["pid"]))
 
 
+def test_live_the_first_view_is_let_go_once_a_measured_view_replaces_it():
+    """The first view (drawn before Textual loaded) holds its snapshot: every thread's
+    sample and rates. Kept by the app after it was shown, it held them for the whole run,
+    a second copy of the thread state that no later view shares."""
+    import gc
+    import weakref
+
+    from affmon.sources.stream import LiveSource
+    from affmon.tui.first_frame import first_view
+    from tests.live import workload
+
+    async def go(pid: int):
+        source = LiveSource((pid,), interval_s=5.0)
+        try:
+            first = first_view(source)
+            assert first is not None and first.process(pid) is not None
+            gone = weakref.ref(first)
+            app = AffmonApp(source, FakePinner(), first_view=first)
+            del first
+            async with app.run_test(size=SIZE) as pilot:
+                deadline = time.monotonic() + 30
+                while (app.view is None or not app.view.measured) and time.monotonic() < deadline:
+                    await pilot.pause(0.05)
+                assert app.view is not None and app.view.measured
+                await pilot.pause()
+                gc.collect()
+                assert gone() is None
+        finally:
+            source.close()
+
+    with workload("--sleepers", "1") as w:
+        run(go(w["pid"]))
+
+
 def test_the_thread_table_re_sorts_in_place():
     """Threads re-sort by CPU% every tick: the table rewrites the cells that moved instead
     of clearing and re-adding every row (which re-laid out the whole screen)."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import gc
 import gzip
+import io
 import json
 import os
 import pty
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import termios
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -145,6 +148,44 @@ def test_a_live_process_with_a_known_mask_is_on_the_frame():
             assert source.next_sample() is not None  # the sample is still the first tick's
         finally:
             source.close()
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_command_hands_the_first_view_to_the_app_and_keeps_no_hold_on_it(monkeypatch):
+    """The app drops the first view once it has shown it; the command that made it must not
+    hold it either, or every thread's sample and rates of the first tick stay for the run."""
+    from affmon import cli
+    from affmon.tui import app as app_module
+    from affmon.tui import first_frame
+
+    drawn: list[weakref.ref[View]] = []
+    draw = first_frame.draw_first_frame
+
+    def drawing(source: LiveSource, screen: EarlyScreen | None, watched_pid: int | None) -> View | None:
+        view = draw(source, screen, watched_pid)
+        assert view is not None
+        drawn.append(weakref.ref(view))
+        return view
+
+    held: list[bool] = []
+
+    def run(app: app_module.AffmonApp) -> None:
+        assert app._first_view is drawn[0]()  # handed over
+        app._first_view = None  # as the app does once it has shown it
+        gc.collect()
+        held.append(drawn[0]() is not None)
+
+    monkeypatch.setattr(first_frame, "draw_first_frame", drawing)
+    monkeypatch.setattr(app_module.AffmonApp, "run", run)
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    with pinned_child() as pid:
+        assert cli.main(["--pid", str(pid)]) == 0
+    assert held == [False]
 
 
 def test_nothing_is_drawn_where_textual_would_not_draw_on_a_terminal(monkeypatch, tmp_path):
