@@ -134,3 +134,38 @@ def test_a_thread_scheduled_in_neither_interval_keeps_its_rates_object_and_other
     # and every one equals what is built without the snapshot before
     alone = make_snapshot(s2, dataclasses.replace(s2, monotonic_s=4.0), TOPO)
     assert p3.threads == alone.processes[0].threads
+
+
+def test_a_carried_process_s_unknown_thread_rates_are_made_when_read_not_held():
+    """A quiet process's threads are carried, not read: none has a rate. Held as a rates
+    object each, 10,000 of them were about 1 MB; they are now made as they are read, and
+    read as the same unknown rates (every one None, the thread's sample with it)."""
+    import gc
+    import tracemalloc
+
+    threads = tuple(thread(tid=100 + i, cpu=50, wait=None, vcs=None, ics=None, mig=None) for i in range(10_000))
+    read = dataclasses.replace(process(*threads), watched=False, cpu_ns=0)
+    carried = dataclasses.replace(read, threads_read=False, cpu_ns=30_000_000)
+    s0, s1 = sample(1.0, read), sample(2.0, carried)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        (p,) = make_snapshot(s0, s1, TOPO).processes
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held < 20_000  # a rates object a thread: 960,000 bytes
+    assert not p.rated and p.cpu_percent == pytest.approx(3.0) and p.ran_on_cpus == frozenset()
+    assert len(p.threads) == 10_000
+    for t, made in ((threads[0], p.threads[0]), (threads[-1], p.threads[-1]), *zip(threads, p.threads, strict=True)):
+        assert made.sample is t
+        assert made.cpu_percent is made.wait_ratio is made.cpu_ns_delta is made.migrations_per_s is None
+    unknown = tuple(thread_rates(t, None, 1.0) for t in threads)  # what a thread without a rate gets
+    assert p.threads == unknown and unknown == tuple(p.threads) and p.threads[2:4] == unknown[2:4]
+    assert hash(p.threads) == hash(unknown)
+    assert make_snapshot(s0, s1, TOPO).processes[0] == p  # built again: equal
+
+
+def test_processes_whose_threads_were_read_are_rated():
+    (p,) = make_snapshot(sample(1.0, process(thread(cpu=0))), sample(2.0, process(thread(cpu=10))), TOPO).processes
+    assert p.rated and isinstance(p.threads, tuple)

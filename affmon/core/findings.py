@@ -347,6 +347,8 @@ class Neighbours:
         crowd: dict[int, int] = {}
         floor = self._t.neighbour_floor_percent
         for p in self._snap.processes:
+            if not p.rated:
+                continue
             for th in p.threads:
                 if th.sample.psr is not None and th.cpu_percent is not None and th.cpu_percent >= floor:
                     crowd[th.sample.psr] = crowd.get(th.sample.psr, 0) + 1
@@ -368,7 +370,7 @@ class Neighbours:
             crowd = self._crowd()
             self._by_process = []
             for p in self._snap.processes:
-                busy = [th for th in p.threads if self.contends(th, crowd)]
+                busy = [th for th in p.threads if self.contends(th, crowd)] if p.rated else []
                 if busy:
                     self._by_process.append((p, busy))
         return self._by_process

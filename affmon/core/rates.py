@@ -19,7 +19,9 @@ that went backwards (a reset, a reused id) give None, never a negative rate.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from affmon.core.cpuset import CpuSet
 from affmon.core.samples import GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
@@ -42,10 +44,55 @@ class ThreadRates:
         return bool(self.cpu_ns_delta)
 
 
+def _unknown(t: ThreadSample) -> ThreadRates:
+    return ThreadRates(t, None, None, None, None, None, None, None)
+
+
+class UnknownRates(Sequence[ThreadRates]):
+    """The per-thread rates of a process whose threads were carried at one of the two
+    samples (``ProcessSample.threads_read``): every one unknown. Made as they are read,
+    not held: a rates object a thread, held for each thread of every quiet process, was
+    1 MB at 10,000 threads and said nothing. Equal to any sequence of the same rates."""
+
+    __slots__ = ("samples",)
+
+    def __init__(self, samples: tuple[ThreadSample, ...]) -> None:
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    @overload
+    def __getitem__(self, index: int) -> ThreadRates: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[ThreadRates, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> ThreadRates | tuple[ThreadRates, ...]:
+        if isinstance(index, slice):
+            return tuple(map(_unknown, self.samples[index]))
+        return _unknown(self.samples[index])
+
+    def __iter__(self) -> Iterator[ThreadRates]:
+        return map(_unknown, self.samples)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, UnknownRates):
+            return self.samples == other.samples
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))  # as the tuple it equals
+
+    def __repr__(self) -> str:
+        return f"UnknownRates({len(self.samples)} threads)"
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessRates:
     sample: ProcessSample
-    threads: tuple[ThreadRates, ...]
+    # Where ``sample.threads_read`` is False (at either sample), ``UnknownRates``: none ran.
+    threads: Sequence[ThreadRates]
     cpu_percent: float | None
     wait_ratio: float | None
     voluntary_switches_per_s: float | None
@@ -53,6 +100,12 @@ class ProcessRates:
     migrations_per_s: float | None
     ran_on_cpus: CpuSet
     ran_on_numa_nodes: tuple[int, ...]
+
+    @property
+    def rated(self) -> bool:
+        """Whether its threads have rates this interval (False: ``UnknownRates``, none ran,
+        and a pass over the threads that ran can skip it without making them)."""
+        return not isinstance(self.threads, UnknownRates)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,10 +260,10 @@ def _carried_rates(
     unmoved = None if cur.cpu_ns is None else 0.0
     if cur is prev and before is not None and before.sample is cur and before.cpu_percent == unmoved:
         return before  # the same sample handed out again, and nothing moved before it either
-    if before is not None and before.sample.threads is cur.threads:
-        unknown = before.threads  # the same carried threads: the same unknown rates
+    if before is not None and before.sample.threads is cur.threads and isinstance(before.threads, UnknownRates):
+        unknown = before.threads  # the same carried threads
     else:
-        unknown = tuple(ThreadRates(t, None, None, None, None, None, None, None) for t in cur.threads)
+        unknown = UnknownRates(cur.threads)
     run = _delta(cur.cpu_ns, prev.cpu_ns)
     return ProcessRates(
         sample=cur,

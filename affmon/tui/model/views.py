@@ -387,6 +387,8 @@ def core_groups(snapshot: Snapshot, jobs: Sequence[Job]) -> tuple[CoreGroup, ...
     busy: dict[int, float] = {}
     pids: dict[int, set[int]] = {}
     for p in snapshot.processes:
+        if not p.rated:
+            continue
         owner = job_of.get(p.sample.pid)
         for t in p.threads:
             cpu = t.sample.psr
