@@ -58,7 +58,12 @@ class LazyPlot(Widget, Generic[Data]):
 
     @property
     def seen(self) -> bool:
-        """Displayed, and so are all its containers (a hidden parent hides it too)."""
+        """Laid out with room to draw in, displayed, and so are all its containers (a hidden
+        parent hides it too). Before the first layout (a first view shown from the app's
+        mount, before the screen's size classes hide the plots) it is not: it draws when
+        it is first shown (``on_show``)."""
+        if not self.size.area:
+            return False
         node: Widget | None = self
         while node is not None:
             if not node.display:
@@ -68,7 +73,8 @@ class LazyPlot(Widget, Generic[Data]):
         return True
 
     def on_show(self) -> None:
-        self._draw_pending()
+        if self.seen:  # a Show is queued: the screen's size classes may have hidden it since
+            self._draw_pending()
 
     def _draw_pending(self) -> None:
         data = self._pending
