@@ -377,9 +377,9 @@ class Sampler:
             except ParseError:
                 thread = None
             if thread is not None:
-                seen[tid] = thread
+                seen[thread.tid] = thread  # a sample handed out again keys by its own tid: one int
                 if raw is not None:
-                    seen_raw[tid] = raw
+                    seen_raw[thread.tid] = raw
         memo.threads, memo.schedstat = seen, seen_raw
         memo.cpu_ticks = cpu_ticks
         memo.quiet_ticks = memo.quiet_ticks + 1 if quiet else 0
