@@ -126,6 +126,14 @@ def test_term_safe_output_keeps_only_newlines_and_tabs(text):
         assert after == ("?" if is_active(before) and before not in "\n\t" else before)
 
 
+def test_term_safe_and_term_safe_output_judge_every_code_point():
+    every = "".join(map(chr, range(0x110000)))
+    expected = "".join("?" if is_active(c) else c for c in every)
+    assert fmt.term_safe(every) == expected
+    layout = {ord("\n"): "\n", ord("\t"): "\t"}
+    assert fmt.term_safe_output(every) == "".join(layout.get(i, c) for i, c in enumerate(expected))
+
+
 def test_term_safe_shows_escapes_as_ps_does():
     assert fmt.term_safe(TITLE) == "?]0;PWNED?"
     assert fmt.term_safe("line\nforged\u202e") == "line?forged?"
