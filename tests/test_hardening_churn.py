@@ -103,7 +103,7 @@ def test_sampler_and_diagnosis_under_churn() -> None:
                     assert set(sampler._memo) <= set(listed)
                     assert set(sampler.proc._stat_fds) <= set(listed)  # stat files kept open: the listed only
                     sampled = {(p.pid, t.tid) for p in current.processes for t in p.threads}
-                    memo_threads = {(pid, tid) for pid, m in sampler._memo.items() for tid in m.threads}
+                    memo_threads = {(pid, t.tid) for pid, m in sampler._memo.items() for t in m.samples}
                     assert memo_threads <= sampled  # threads too: only what this sample read
                     assert any(p.pid == job["pid"] and p.gpu_indices == (0,) for p in current.processes)
                     if heap_at_5s is None and time.monotonic() - started >= 5:
