@@ -362,7 +362,7 @@ class Sampler:
         previous = {t.tid: t for t in memo.samples}
         previous_raw = memo.schedstat
         # The values its threads share (their name, flags, start time, often their CPU
-        # time), held once: with 10,000 threads that is 0.9 MB fewer objects.
+        # time), held once: 108 bytes a thread fewer, measured on 1,000 waking threads.
         shared = _Shared()
         quiet = cpu_ticks == memo.cpu_ticks and memo.quiet_ticks < QUIET_REREAD_EVERY and self.proc.live
         # A kernel thread has no other threads: no listing of its task directory.
@@ -579,8 +579,9 @@ def _thread_sample(
     counters: SchedCounters | None,
     shared: _Shared,
 ) -> ThreadSample:
-    """One thread's sample from what was read of it; what was not read is unknown. Values
-    equal to one another thread of its process has are that thread's (``shared``)."""
+    """One thread's sample from what was read of it; what was not read is unknown. A value
+    equal to one that another thread of its process has is held as that same object
+    (``shared``)."""
     return ThreadSample(
         tid=tid,
         start_ticks=shared(stat.start_ticks),

@@ -91,7 +91,8 @@ class UnknownRates(Sequence[ThreadRates]):
 @dataclass(frozen=True, slots=True)
 class ProcessRates:
     sample: ProcessSample
-    # Where ``sample.threads_read`` is False (at either sample), ``UnknownRates``: none ran.
+    # ``UnknownRates`` where the threads were carried at either of the two samples
+    # (``ProcessSample.threads_read``): no thread has a rate, none counts as having run.
     threads: Sequence[ThreadRates]
     cpu_percent: float | None
     wait_ratio: float | None
