@@ -224,10 +224,10 @@ def process_rates(
     were read, a thread scheduled in neither interval keeps its rates object."""
     same = prev is not None and prev.key == cur.key
     if same and prev is not None and not (cur.threads_read and prev.threads_read):
-        carried = before if before is not None and not before.sample.threads_read else None
+        carried = before if before is not None and not before.rated else None
         return _carried_rates(cur, prev, seconds, topology, carried)
     old = {t.tid: t for t in prev.threads} if same and prev is not None else {}
-    kept = before.threads if before is not None and before.sample.threads_read else ()
+    kept = before.threads if before is not None and before.rated else ()
     if len(kept) == len(cur.threads):  # threads in the same places, most ticks: matched by position
         threads = tuple(thread_rates(t, old.get(t.tid), seconds, b) for t, b in zip(cur.threads, kept, strict=True))
     else:
@@ -261,8 +261,8 @@ def _carried_rates(
     unmoved = None if cur.cpu_ns is None else 0.0
     if cur is prev and before is not None and before.sample is cur and before.cpu_percent == unmoved:
         return before  # the same sample handed out again, and nothing moved before it either
-    if before is not None and before.sample.threads is cur.threads and isinstance(before.threads, UnknownRates):
-        unknown = before.threads  # the same carried threads
+    if before is not None and before.sample.threads is cur.threads:
+        unknown = before.threads  # the same carried threads (``before`` is unrated: unknown rates)
     else:
         unknown = UnknownRates(cur.threads)
     run = _delta(cur.cpu_ns, prev.cpu_ns)
