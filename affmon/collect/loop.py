@@ -45,15 +45,18 @@ from dataclasses import dataclass, replace
 
 from affmon.collect.fs import UNAVAILABLE, is_live, list_dir, read_file, read_text, resolve
 from affmon.collect.procfs import ProcFs
+from affmon.collect.pyframes import DATA_LOADING_FILES, PythonStacks, in_frames
 from affmon.core.errors import ParseError
 from affmon.core.loop import (
     FD_DATA,
     FD_FIRST,
     FD_SET,
+    STALL_CPUS,
     UNKNOWN,
     LoopWindow,
     Probe,
     SyscallState,
+    TaskWait,
     WorkerStats,
     classify,
     fd_kind,
@@ -63,6 +66,7 @@ from affmon.core.loop import (
 MAX_POLL_FDS = 64  # fds of one poll read from memory; a DataLoader's waits have one
 MAX_SELECT_FDS = 1024  # FD_SETSIZE
 MAX_FEEDERS = 4
+MAX_WAITS = 64  # worker threads whose sleeping place is read for a stalled pipeline
 FEEDER_RETRY_S = 0.5  # while the loop waits in a futex and no feeder is known, look for one this often
 DEFAULT_RATE_HZ = 20.0
 
@@ -138,6 +142,11 @@ class LoopSampler:
         self._refreshed_at = float("-inf")
         self._feeders_sought_at = float("-inf")
         self._counts: Counter[str] = Counter()
+        # The loop's Python frames, read on the probes that find it running: time on the CPU
+        # inside a data loader's frames is the loop loading its own data.
+        self.stacks = PythonStacks(pid, self.tid, root)
+        self._frame_probes = 0
+        self._data_probes = 0
         self.start_ticks = self._start_ticks()  # with the TID, the thread's identity
         self._refresh()
         self._mark = self._take_mark()
@@ -229,6 +238,7 @@ class LoopSampler:
             found = classify(Probe(UNKNOWN))
         elif state.running:
             found = classify(Probe(None))
+            self._read_frames()
         else:
             call = state.name(self.machine)
             kinds = self._fd_kinds(state)
@@ -238,6 +248,15 @@ class LoopSampler:
             found = classify(Probe(call, kinds, feeder))
         self._counts[found] += 1
         return found
+
+    def _read_frames(self) -> None:
+        if self.stacks.unavailable is not None:
+            return
+        stack = self.stacks.stack()
+        if stack is not None:
+            self._frame_probes += 1
+            if in_frames(stack, DATA_LOADING_FILES):
+                self._data_probes += 1
 
     # -- the rank's workers and feeder threads -----------------------------------------
 
@@ -251,6 +270,7 @@ class LoopSampler:
 
     def _refresh(self) -> None:
         self._refreshed_at = self.clock()
+        self.stacks.forget_code()  # a code object freed since may have left its address to another
         self.children = self._children()
         links: set[str] = set()
         for child in self.children:
@@ -321,12 +341,40 @@ class LoopSampler:
                 cpus |= mask
         return cpus
 
+    def _waits(self) -> tuple[TaskWait, ...]:
+        """Where each thread of the workers sleeps now (at most ``MAX_WAITS``): its state,
+        ``wchan`` and the system call, for a pipeline whose workers did not run."""
+        found: list[TaskWait] = []
+        for child in self.children:
+            for tid in self.fs.tids(child):
+                if len(found) >= MAX_WAITS:
+                    return tuple(found)
+                try:
+                    stat = self.fs.stat(child, tid)
+                except ParseError:
+                    stat = None
+                if stat is None:
+                    continue
+                raw = self.fs.read_task(child, tid, "wchan")
+                wchan = raw.decode("ascii", "replace").strip()[:64] if raw else None
+                data = self.fs.read_task(child, tid, "syscall")
+                state = None if data is None else _parsed(data)
+                call = None if state is None else ("running" if state.running else state.name(self.machine))
+                if state is not None and not state.running and state.number == -1:
+                    call = "-"
+                found.append(TaskWait(child, tid, stat.state, wchan if wchan not in (None, "", "0") else None, call))
+        return tuple(found)
+
     def _workers(self, old: _Mark, new: _Mark) -> WorkerStats:
         run = wait = 0
         for tid, (r1, w1) in new.workers.items():
             r0, w0 = old.workers.get(tid, (r1, w1))
             run += max(0, r1 - r0)
             wait += max(0, w1 - w0)
+        seconds = new.monotonic_s - old.monotonic_s
+        waits: tuple[TaskWait, ...] = ()
+        if self.children and seconds > 0 and run < STALL_CPUS * seconds * 1e9:
+            waits = self._waits()
         domain = self._domain()
         free = None
         if domain and old.cpu_times and new.cpu_times:
@@ -336,12 +384,14 @@ class LoopSampler:
                     idle = new.cpu_times[cpu][0] - old.cpu_times[cpu][0]
                     total = new.cpu_times[cpu][1] - old.cpu_times[cpu][1]
                     free += min(1.0, max(0.0, idle / total)) if total > 0 else 0.0
-        return WorkerStats(len(self.children), run, wait, len(domain), free)
+        return WorkerStats(len(self.children), run, wait, len(domain), free, waits)
 
     def window(self) -> LoopWindow:
         """The interval since the last ``window`` (or since the sampler was made)."""
         old, new = self._mark, self._take_mark()
         counts, self._counts = self._counts, Counter()
+        frames, data = self._frame_probes, self._data_probes
+        self._frame_probes = self._data_probes = 0
         self._mark = new
         both = None not in (old.run_ns, new.run_ns, old.wait_ns, new.wait_ns)
         return LoopWindow(
@@ -353,6 +403,9 @@ class LoopSampler:
             probes=dict(counts),
             syscall_readable=self.syscall_readable,
             workers=self._workers(old, new),
+            frame_probes=frames if frames else None,
+            data_probes=data if frames else None,
+            frames_unavailable=self.stacks.unavailable,
         )
 
 

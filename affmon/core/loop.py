@@ -179,18 +179,34 @@ def classify(probe: Probe) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskWait:
+    """Where one sleeping thread of a worker sleeps: its ``stat`` state (``S``, ``D``), the
+    kernel function it waits in (``wchan``; None where unreadable) and the system call
+    (None where unreadable, ``-`` outside one)."""
+
+    pid: int
+    tid: int
+    state: str
+    wchan: str | None
+    syscall: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerStats:
     """The loop's worker processes (the rank's children) over the same interval.
 
     ``run_ns``/``wait_ns``: their threads' schedstat deltas summed. ``domain_cpus``: CPUs the
     rank and its workers may run on; ``free_cpus``: idle capacity of those CPUs over the
-    interval (from ``/proc/stat``), in CPUs; None when unknown."""
+    interval (from ``/proc/stat``), in CPUs; None when unknown. ``waits``: where each of
+    their threads slept at the interval's end, read only when the workers together ran
+    less than ``STALL_CPUS`` of a CPU (a stalled pipeline; otherwise empty)."""
 
     count: int
     run_ns: int
     wait_ns: int
     domain_cpus: int
     free_cpus: float | None
+    waits: tuple[TaskWait, ...] = ()
 
     def cpus_used(self, seconds: float) -> float:
         return self.run_ns / (seconds * 1e9) if seconds > 0 else 0.0
@@ -222,6 +238,14 @@ class LoopWindow:
     spin_probes: int | None = None
     stack_probes: int | None = None
     rate_hz: float | None = None
+    # Of the probes that found the thread running, those whose Python stack could be read
+    # (``frame_probes``) and of those, the ones inside a data loader's frames
+    # (``data_probes``: torch.utils.data, ...): None where no stack was read; then
+    # ``frames_unavailable`` says why (not CPython, a version affmon does not read, no
+    # permission).
+    frame_probes: int | None = None
+    data_probes: int | None = None
+    frames_unavailable: str | None = None
 
     @property
     def probes_taken(self) -> int:
@@ -256,6 +280,7 @@ def merge_windows(windows: list[LoopWindow]) -> LoopWindow:
             sum(w.wait_ns for w in seen),
             max(w.domain_cpus for w in seen),
             sum(s * f for s, f in known) / span if known and len(known) == len(free) and span > 0 else None,
+            seen[-1].waits,
         )
     return LoopWindow(
         pid=first.pid,
@@ -269,7 +294,16 @@ def merge_windows(windows: list[LoopWindow]) -> LoopWindow:
         spin_probes=_sum([w.spin_probes for w in windows]),
         stack_probes=_sum([w.stack_probes for w in windows]),
         rate_hz=first.rate_hz,
+        frame_probes=_sum_known([w.frame_probes for w in windows]),
+        data_probes=_sum_known([w.data_probes for w in windows]),
+        frames_unavailable=windows[-1].frames_unavailable,
     )
+
+
+def _sum_known(values: list[int | None]) -> int | None:
+    """The stack probes of several windows: a window without them adds none."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +324,9 @@ class LoopBreakdown:
     spin_inferred: float
     blocked_probes: int
     unavailable: str | None = None
+    # The part of ``on_cpu`` spent in a data loader's frames (the loop loading its own
+    # data), as a share of the interval: None where no Python stack was read.
+    loading: float | None = None
 
     def share(self, name: str) -> float:
         return self.shares[name]
@@ -297,6 +334,16 @@ class LoopBreakdown:
     @property
     def largest(self) -> str:
         return max(SHARES, key=lambda s: self.shares[s])
+
+    @property
+    def input_share(self) -> float:
+        """Waiting for data plus loading it on the loop's own thread."""
+        return self.shares[DATA_WAIT] + (self.loading or 0.0)
+
+    @property
+    def step_share(self) -> float:
+        """On the CPU outside a data loader's frames: the step's own Python and launches."""
+        return self.shares[ON_CPU] - (self.loading or 0.0)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -306,6 +353,7 @@ class LoopBreakdown:
             **{name: round(self.shares[name], 3) for name in SHARES},
             "gpu_busy": None if self.gpu_busy is None else round(self.gpu_busy, 3),
             "spin_inferred": round(self.spin_inferred, 3),
+            "loading": None if self.loading is None else round(self.loading, 3),
             "blocked_split": self.blocked_split,
             "blocked_probes": self.blocked_probes,
             "unavailable": self.unavailable,
@@ -313,6 +361,9 @@ class LoopBreakdown:
 
 
 SPIN_GPU_BUSY = 0.9
+# Workers that together ran less than this many CPUs over an interval may all be asleep:
+# the collector then reads where each of their threads sleeps (``WorkerStats.waits``).
+STALL_CPUS = 0.05
 
 
 def breakdown(window: LoopWindow, gpu_busy: float | None, spin_gpu_busy: float = SPIN_GPU_BUSY) -> LoopBreakdown | None:
@@ -350,6 +401,9 @@ def breakdown(window: LoopWindow, gpu_busy: float | None, spin_gpu_busy: float =
         spin = shares[ON_CPU]
         shares[GPU_WAIT] += spin
         shares[ON_CPU] = 0.0
+    loading = None
+    if window.frame_probes and window.data_probes is not None:
+        loading = shares[ON_CPU] * min(1.0, window.data_probes / window.frame_probes)
     return LoopBreakdown(
         pid=window.pid,
         tid=window.tid,
@@ -360,6 +414,7 @@ def breakdown(window: LoopWindow, gpu_busy: float | None, spin_gpu_busy: float =
         spin_inferred=spin,
         blocked_probes=seen,
         unavailable=unavailable,
+        loading=loading,
     )
 
 
@@ -371,6 +426,12 @@ def describe(b: LoopBreakdown, floor: float = 0.01) -> str:
     waiting for a CPU 3%``. Shares under ``floor`` are left out."""
     gpu = "GPU busy -" if b.gpu_busy is None else f"GPU busy {b.gpu_busy:.0%}"
     parts = [
-        f"{_WORDS[n]} {b.shares[n]:.0%}" for n in sorted(SHARES, key=lambda n: -b.shares[n]) if b.shares[n] >= floor
+        f"{_WORDS[n]} {b.shares[n]:.0%}" + (_loading(b) if n == ON_CPU else "")
+        for n in sorted(SHARES, key=lambda n: -b.shares[n])
+        if b.shares[n] >= floor
     ]
     return f"{gpu}; loop: {', '.join(parts) or 'idle'}"
+
+
+def _loading(b: LoopBreakdown) -> str:
+    return f" (loading data {b.loading:.0%})" if b.loading is not None and b.loading >= 0.01 else ""

@@ -21,20 +21,26 @@ loop. The advice (what to do about the input) is in the evidence, under ``advice
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from affmon.core.findings import Finding, Severity
+from affmon.core.fmt import term_safe
 from affmon.core.loop import (
     CPU_WAIT,
     DATA_WAIT,
     GPU_WAIT,
     ON_CPU,
+    OTHER,
     SPIN_GPU_BUSY,
+    STALL_CPUS,
     LoopBreakdown,
+    TaskWait,
     WorkerStats,
     describe,
 )
+from affmon.core.rule_base import Finding, Severity
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,12 @@ class LoopThresholds:
     worker_starved     0.25     workers' run-queue wait ratio called starved
                                 (``Thresholds.starved_bad``)
     free_cpu           1.0      idle CPUs in the job's domain worth using
+    stall_data         0.80     the loop waits for data this much of the interval ...
+    stall_cpus         0.05     ... while all its workers together use less than this
+                                many CPUs ...
+    stall_loop_cpu     0.02     ... and the loop itself runs less than this share of it
+                                (it gets no batch to work on): the pipeline is stalled
+                                (STALLED), not slow
     =================  =======  =====================================================
     """
 
@@ -60,20 +72,50 @@ class LoopThresholds:
     worker_busy: float = 0.80
     worker_starved: float = 0.25
     free_cpu: float = 1.0
+    stall_data: float = 0.80
+    stall_cpus: float = STALL_CPUS
+    stall_loop_cpu: float = 0.02
 
 
 DEFAULT_LOOP_THRESHOLDS = LoopThresholds()
 
 
+def _states(b: LoopBreakdown) -> dict[str, float]:
+    """The loop's time by what limits it: the input (waiting for data, or loading it on the
+    loop's own thread where its frames were read), the step's CPU work, the GPU, the CPU
+    queue, the rest."""
+    return {
+        DATA_WAIT: b.input_share,
+        ON_CPU: b.step_share,
+        GPU_WAIT: b.shares[GPU_WAIT],
+        CPU_WAIT: b.shares[CPU_WAIT],
+        OTHER: b.shares[OTHER],
+    }
+
+
 def verdict(b: LoopBreakdown, t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS) -> str:
     """``gpu_bound``, ``input_bound``, ``loop_bound``, ``cpu_starved`` or ``mixed``. A GPU whose
-    use is unknown (no NVML) is judged by the loop alone."""
-    largest = b.largest
+    use is unknown (no NVML) is judged by the loop alone. Time the loop spends on the CPU in a
+    data loader's frames (``LoopBreakdown.loading``: ``num_workers=0``) counts as input, not
+    as the step's own work."""
+    states = _states(b)
+    largest = max(states, key=lambda n: states[n])
     if largest == GPU_WAIT or (b.gpu_busy is not None and b.gpu_busy >= SPIN_GPU_BUSY):
         return "gpu_bound"
-    if (b.gpu_busy is not None and b.gpu_busy >= t.gpu_idle) or b.shares[largest] < t.bound_share:
+    if (b.gpu_busy is not None and b.gpu_busy >= t.gpu_idle) or states[largest] < t.bound_share:
         return "mixed"
     return {DATA_WAIT: "input_bound", ON_CPU: "loop_bound", CPU_WAIT: "cpu_starved"}.get(largest, "mixed")
+
+
+def suggested_workers(loading: float, domain_cpus: int) -> int:
+    """DataLoader workers for a loop that loads its own data ``loading`` of its time: with
+    the step taking the rest, ``loading / (1 - loading)`` workers keep up if each loads as
+    fast as the loop did; half as many again for the pickling, pinning and a worker's slower
+    start, at least 2, and leaving the loop and its pin-memory thread a CPU each."""
+    step = max(0.05, 1.0 - loading)
+    wanted = max(2, math.ceil(1.5 * loading / step))
+    room = max(1, domain_cpus - 2) if domain_cpus else wanted
+    return min(wanted, room)
 
 
 def _severity(b: LoopBreakdown, t: LoopThresholds) -> Severity:
@@ -84,11 +126,26 @@ def _evidence(b: LoopBreakdown) -> dict[str, Any]:
     return {"loop": b.to_json(), "line": describe(b)}
 
 
-def input_advice(workers: WorkerStats | None, seconds: float, data_wait: float, t: LoopThresholds) -> dict[str, Any]:
+def input_advice(
+    workers: WorkerStats | None,
+    seconds: float,
+    data_wait: float,
+    t: LoopThresholds,
+    loading: float | None = None,
+) -> dict[str, Any]:
     """What to do about a loop waiting for data, from what its workers did: ``action`` is one
     of ``add_workers``, ``more_cpus``, ``move_neighbours``, ``use_workers`` or
-    ``check_pipeline``, with ``why`` in words and the numbers it rests on."""
+    ``check_pipeline``, with ``why`` in words and the numbers it rests on. ``loading``: the
+    share of the interval the loop spent loading data itself (its frames), None unknown."""
     if workers is None or workers.count == 0:
+        domain = workers.domain_cpus if workers is not None else 0
+        if loading:
+            count = suggested_workers(data_wait, domain)
+            why = (
+                f"the loop loads its own data on the main thread ({loading:.0%} of its time in a data loader's "
+                f"frames, no worker processes): use DataLoader(num_workers={count})"
+            )
+            return {"action": "use_workers", "why": why, "suggested_workers": count, "domain_cpus": domain}
         return {"action": "use_workers", "why": "no worker processes were seen: load data in DataLoader workers"}
     used = workers.cpus_used(seconds)
     per_worker = used / workers.count
@@ -149,29 +206,49 @@ def rule_input_bound(
 ) -> list[Finding]:
     if b.gpu_busy is None or not judged(b) or verdict(b, t) != "input_bound":
         return []
-    advice = input_advice(workers, b.seconds, b.shares[DATA_WAIT], t)
+    advice = input_advice(workers, b.seconds, b.input_share, t, b.loading)
     gpu = f"the GPU is busy only {b.gpu_busy:.0%}"
     action = {
         "action": advice["action"],
         **({"workers": advice["suggested_workers"]} if "suggested_workers" in advice else {}),
     }
+    if b.loading and b.loading >= b.shares[DATA_WAIT]:
+        doing = f"the training loop loads data itself {b.loading:.0%} of the time"
+    else:
+        doing = f"the training loop waits for data {b.shares[DATA_WAIT]:.0%} of the time"
     return [
         Finding(
             "INPUT_BOUND",
             _severity(b, t),
             b.pid,
             (b.tid,),
-            f"{gpu} while the training loop waits for data {b.shares[DATA_WAIT]:.0%} of the time; {advice['why']}",
+            f"{gpu} while {doing}; {advice['why']}",
             {
                 **_evidence(b),
                 "workers": {k: v for k, v in advice.items() if k not in ("action", "why")},
                 "advice": action,
             },
+            remedy=_REMEDY[advice["action"]](advice),
         )
     ]
 
 
-def rule_loop_bound(b: LoopBreakdown, t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS) -> list[Finding]:
+_REMEDY: dict[str, Callable[[dict[str, Any]], str | None]] = {
+    "use_workers": lambda a: (
+        f"load the data in DataLoader workers: DataLoader(num_workers={a['suggested_workers']})"
+        if "suggested_workers" in a
+        else "load the data in DataLoader workers (DataLoader(num_workers=N))"
+    ),
+    "add_workers": lambda a: f"more DataLoader workers: DataLoader(num_workers={a['suggested_workers']})",
+    "more_cpus": lambda a: None,  # a core set is the cure: the placement findings carry it
+    "move_neighbours": lambda a: None,
+    "check_pipeline": lambda a: "look at what the workers wait on (storage, a lock, a remote source)",
+}
+
+
+def rule_loop_bound(
+    b: LoopBreakdown, t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS, workers: WorkerStats | None = None
+) -> list[Finding]:
     if b.gpu_busy is None or not judged(b) or verdict(b, t) != "loop_bound":
         return []
     gpu = f"the GPU is busy only {b.gpu_busy:.0%}"
@@ -181,10 +258,73 @@ def rule_loop_bound(b: LoopBreakdown, t: LoopThresholds = DEFAULT_LOOP_THRESHOLD
             _severity(b, t),
             b.pid,
             (b.tid,),
-            f"{gpu} while the training loop runs on the CPU {b.shares[ON_CPU]:.0%} of the time: the step's own "
-            "Python and kernel launches are the limit (larger batches, fewer small ops, CUDA graphs or "
-            "torch.compile cut them)",
+            f"{gpu} while the training loop runs its step on the CPU {b.step_share:.0%} of the time: the step's "
+            "own Python and kernel launches are the limit" + _unsure(b, workers),
             _evidence(b),
+            remedy="cut the step's CPU work: larger batches, fewer small ops, CUDA graphs or torch.compile",
+        )
+    ]
+
+
+def _unsure(b: LoopBreakdown, workers: WorkerStats | None) -> str:
+    """Where the loop's frames could not be read and it has no workers, its CPU time may be
+    data loading as well: say so rather than blame the step alone."""
+    if b.loading is not None or (workers is not None and workers.count > 0):
+        return ""
+    return (
+        " (its Python frames could not be read and it has no DataLoader workers: if the loop also loads "
+        "its data, DataLoader(num_workers=N) moves that off it)"
+    )
+
+
+def _where(waits: tuple[TaskWait, ...]) -> list[dict[str, Any]]:
+    """The workers' threads by where they sleep, most first: ``futex_wait_queue (futex)``."""
+    places: dict[str, int] = {}
+    for w in waits:
+        call = f" ({w.syscall})" if w.syscall and w.syscall != "-" else ""
+        place = f"{w.wchan or 'an unknown place'}{call}"
+        if w.state == "D":
+            place += ", uninterruptible"
+        places[place] = places.get(place, 0) + 1
+    return [{"where": k, "threads": n} for k, n in sorted(places.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def rule_stalled(
+    b: LoopBreakdown, workers: WorkerStats | None, t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS
+) -> list[Finding]:
+    """STALLED: the loop waits for data nearly all the time while none of its workers runs.
+    The GPU need not be known: a loop blocked on workers that all sleep makes no progress
+    whatever the GPU does; where the GPU is known, it must be mostly idle."""
+    if b.unavailable is not None or workers is None or workers.count == 0 or not workers.waits:
+        return []
+    if b.gpu_busy is not None and b.gpu_busy >= t.gpu_idle:
+        return []
+    used = workers.cpus_used(b.seconds)
+    if b.shares[DATA_WAIT] < t.stall_data or used >= t.stall_cpus or b.shares[ON_CPU] >= t.stall_loop_cpu:
+        return []
+    where = _where(workers.waits)
+    said = ", ".join(f"{w['threads']} in {w['where']}" for w in where[:3])
+    gpu = "" if b.gpu_busy is None else f"the GPU is busy only {b.gpu_busy:.0%} and "
+    return [
+        Finding(
+            "STALLED",
+            Severity.BAD,
+            b.pid,
+            (b.tid,),
+            f"{gpu}the training loop has waited for data {b.shares[DATA_WAIT]:.0%} of the interval while its "
+            f"{workers.count} DataLoader workers used {used:.2f} CPUs in all and did not queue for one: their "
+            f"threads sleep ({term_safe(said)}). The input pipeline is stalled; no CPU placement can help",
+            {
+                **_evidence(b),
+                "workers": {"count": workers.count, "worker_cpus_used": round(used, 3)},
+                "stalled": where[:8],
+            },
+            remedy=(
+                "find what the workers wait on (py-spy dump --pid WORKER). Workers forked after the main process "
+                "started OpenMP or other thread pools can deadlock in them: start the workers with "
+                "DataLoader(multiprocessing_context='spawn') or keep the pools out of the parent before the fork "
+                "(OMP_NUM_THREADS=1 in the workers); a worker in D state waits on storage"
+            ),
         )
     ]
 
@@ -193,4 +333,7 @@ def evaluate_loop(
     b: LoopBreakdown, workers: WorkerStats | None, t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS
 ) -> list[Finding]:
     """Both rules on one rank's interval; empty for a GPU-bound (healthy) loop."""
-    return rule_input_bound(b, workers, t) + rule_loop_bound(b, t)
+    stalled = rule_stalled(b, workers, t)
+    if stalled:  # the input's cause is named: no INPUT_BOUND advice about workers that sleep
+        return stalled
+    return rule_input_bound(b, workers, t) + rule_loop_bound(b, t, workers)

@@ -15,7 +15,7 @@ from typing import Any
 
 from affmon.core.findings import Finding
 from affmon.core.loop import SHARES, LoopBreakdown, LoopWindow, breakdown, describe, merge_windows
-from affmon.core.loop_findings import DEFAULT_LOOP_THRESHOLDS, LoopThresholds, evaluate_loop, judged, verdict
+from affmon.core.loop_findings import DEFAULT_LOOP_THRESHOLDS, LoopThresholds, evaluate_loop, verdict
 from affmon.core.rates import Snapshot
 from affmon.core.samples import ProcessSample, Sample
 
@@ -162,9 +162,10 @@ def combined_reports(
 
 
 def loop_findings(reports: Mapping[int, LoopReport], t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS) -> list[Finding]:
-    """INPUT_BOUND and LOOP_BOUND of every report the rules may judge (``judged``)."""
+    """The loop rules on every report with a breakdown: INPUT_BOUND and LOOP_BOUND where the
+    GPU's busy share is known (``judged``), STALLED also without a GPU."""
     found: list[Finding] = []
     for r in reports.values():
-        if r.breakdown is not None and judged(r.breakdown):
+        if r.breakdown is not None:
             found += evaluate_loop(r.breakdown, r.window.workers, t)
     return found

@@ -4,11 +4,16 @@ breakdown, the verdict and the findings again from them (with its own thresholds
 
 ``{"tid": ..., "seconds": ..., "run_ns": ..., "wait_ns": ..., "probes": {class: count},
 "syscall_readable": ..., "workers": [count, run_ns, wait_ns, domain_cpus, free_cpus] | null,
-"spin_probes": ..., "stack_probes": ..., "rate_hz": ...}``. The key is absent from
-recordings made without the probe, and from samples it did not cover. Pure."""
+"spin_probes": ..., "stack_probes": ..., "rate_hz": ...}``, and where the probe read them:
+``"frame_probes"``, ``"data_probes"`` (running probes whose Python stack was read, and of
+those, in a data loader's frames), ``"frames_unavailable"`` (why no stack was read), and
+``"worker_waits": [[pid, tid, state, wchan, syscall], ...]`` (where a stalled pipeline's
+worker threads slept, at most ``MAX_WAITS``). The key is absent from recordings made without
+the probe, and from samples it did not cover. Pure."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from affmon.core.errors import ParseError
@@ -20,8 +25,9 @@ from affmon.core.json_values import (
     read_list,
     read_opt_float,
     read_opt_int,
+    read_opt_str,
 )
-from affmon.core.loop import BLOCKED_SHARES, RUNNING, UNKNOWN, LoopWindow, WorkerStats
+from affmon.core.loop import BLOCKED_SHARES, RUNNING, UNKNOWN, LoopWindow, TaskWait, WorkerStats
 
 PROBE_CLASSES = frozenset({RUNNING, UNKNOWN, *BLOCKED_SHARES})
 
@@ -41,7 +47,49 @@ def window_to_json(w: LoopWindow) -> dict[str, Any]:
         "spin_probes": w.spin_probes,
         "stack_probes": w.stack_probes,
         "rate_hz": w.rate_hz,
+        **({} if w.frame_probes is None else {"frame_probes": w.frame_probes, "data_probes": w.data_probes}),
+        **({} if w.frames_unavailable is None else {"frames_unavailable": w.frames_unavailable}),
+        **(
+            {}
+            if workers is None or not workers.waits
+            else {"worker_waits": [[x.pid, x.tid, x.state, x.wchan, x.syscall] for x in workers.waits]}
+        ),
     }
+
+
+MAX_WAITS = 64  # as the collector reads at most
+MAX_TEXT = 200  # a wchan, a system call's name, a reason: short words, never a document
+
+
+def _text(value: Any, what: str) -> str | None:
+    found = read_opt_str(value, what)
+    if found is not None and len(found) > MAX_TEXT:
+        raise ParseError(f"{what}: longer than {MAX_TEXT} characters")
+    return found
+
+
+def _waits(value: Any) -> tuple[TaskWait, ...]:
+    if value is None:
+        return ()
+    rows = read_list(value, "loop worker_waits")
+    if len(rows) > MAX_WAITS:
+        raise ParseError(f"loop worker_waits: {len(rows)} rows, at most {MAX_WAITS}")
+    found = []
+    for raw in rows:
+        row = read_list(raw, "loop worker_waits row")
+        if len(row) != 5:
+            raise ParseError(f"loop worker_waits row has {len(row)} fields, expected 5")
+        state = _text(row[2], "loop worker_waits state") or "?"
+        found.append(
+            TaskWait(
+                _count(row[0], "loop worker_waits pid"),
+                _count(row[1], "loop worker_waits tid"),
+                state[:4],
+                _text(row[3], "loop worker_waits wchan"),
+                _text(row[4], "loop worker_waits syscall"),
+            )
+        )
+    return tuple(found)
 
 
 def _count(value: Any, what: str) -> int:
@@ -90,8 +138,17 @@ def window_from_json(d: Any, pid: int) -> LoopWindow:
         wait_ns=read_opt_int(d["wait_ns"], "loop wait_ns"),
         probes=probes,
         syscall_readable=read_bool(d["syscall_readable"], "loop syscall_readable"),
-        workers=_workers(d["workers"]),
+        workers=_with_waits(_workers(d["workers"]), _waits(d.get("worker_waits"))),
         spin_probes=_opt_count(d["spin_probes"], "loop spin_probes"),
         stack_probes=_opt_count(d["stack_probes"], "loop stack_probes"),
         rate_hz=rate,
+        frame_probes=_opt_count(d.get("frame_probes"), "loop frame_probes"),
+        data_probes=_opt_count(d.get("data_probes"), "loop data_probes"),
+        frames_unavailable=_text(d.get("frames_unavailable"), "loop frames_unavailable"),
     )
+
+
+def _with_waits(workers: WorkerStats | None, waits: tuple[TaskWait, ...]) -> WorkerStats | None:
+    if workers is None or not waits:
+        return workers
+    return replace(workers, waits=waits)
