@@ -169,6 +169,16 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument(
         "--strict", action="store_true", help="exit 2 when no plan can be made (default: warn, run CMD unpinned)"
     )
+    ex.add_argument(
+        "--workers",
+        type=count(0, 1024),
+        default=0,
+        metavar="N",
+        help="the DataLoader workers CMD starts: its intra-op pools get the rank's CPUs less N (OMP_NUM_THREADS)",
+    )
+    ex.add_argument(
+        "--no-thread-budget", action="store_true", help="leave OMP_NUM_THREADS and MKL_NUM_THREADS as they are"
+    )
     ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
 
     aud = sub.add_parser("audit", help="is every rank of a running multi-rank job on its plan? (exit 1: one is not)")

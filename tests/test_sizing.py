@@ -263,7 +263,11 @@ def test_no_isolation_is_offered_when_the_suggestion_is_every_cpu():
     assert proposal is not None and proposal.move_off == ()
     findings, last = diagnose(samples_of(specs), topology, {})
     text = findings_text(findings, last, 3)
-    assert "affmon pin 100 --suggest --with-children\n" in text + "\n" and "--isolate" not in text
+    # Every thread already has every CPU and nothing can move off them: a pin would change
+    # nothing, so none is offered, and the text says so.
+    assert "no pin: every thread of the job already has CPUs 0-1" in text
+    assert "affmon pin" not in text and "--isolate" not in text
+    assert proposal.no_change is not None and "no placement change can help" in proposal.no_change
 
 
 # -- neighbours ------------------------------------------------------------------------------

@@ -21,14 +21,27 @@ def thread_line(t: ThreadResult) -> str:
     return f"  {t.pid:>8} {t.tid:>8} {t.status:<10} {before:>12} -> {after:<12}{note}"
 
 
+def _kept(t: ThreadResult) -> bool:
+    """A thread a pin 'set' to the mask it already had: nothing changed for it."""
+    return t.status == "set" and t.before is not None and t.before == t.after
+
+
 def result_text(result: PinResult) -> list[str]:
+    """Every thread the pin changed, one line each; threads that already had the mask in one
+    line (a pin that gives two confined threads their job's CPUs back names those two, not
+    the 250 others)."""
     verb = "would set" if result.dry_run else "set"
     counts: dict[str, int] = {}
     for t in result.threads:
         counts[t.status] = counts.get(t.status, 0) + 1
-    lines = [thread_line(t) for t in result.threads]
+    kept = [t for t in result.threads if _kept(t)] if result.ok else []
+    lines = [thread_line(t) for t in result.threads if not (result.ok and _kept(t))]
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    if kept:
+        lines.append(f"  {len(kept)} threads already had CPUs {format_cpulist(result.cpus)}: left as they were")
     if result.ok:
+        changed = counts.get("set", 0) - len(kept)
+        summary += f" ({changed} changed)" if kept else ""
         lines.append(f"{verb} CPUs {format_cpulist(result.cpus)}: {summary}")
         if result.journal_id:
             lines.append(f"journaled as {result.journal_id}; `affmon undo` puts every mask back")

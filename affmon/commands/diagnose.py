@@ -77,8 +77,13 @@ def findings_text(findings: list[Finding], snap: Snapshot, intervals: int, *, pa
         for f in group:
             who = f"pid {f.pid}" if f.pid is not None else "machine"
             lines.append(f"[{f.severity}] {f.code} {who}: {term_safe(f.message)}")
+            if f.remedy:
+                lines.append(f"    what to change: {term_safe(f.remedy)}")
         suggestion = next((f.suggestion for f in group if f.suggestion), None)
         if suggestion is None:
+            continue
+        if suggestion.get("no_change"):
+            lines.append(f"    no pin: {term_safe(str(suggestion['no_change']))}")
             continue
         lines.append(f"    suggested CPUs: {term_safe(str(suggestion['cpus']))}")
         for key, mark in (("reasons", "-"), ("warnings", "!")):

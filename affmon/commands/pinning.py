@@ -20,9 +20,17 @@ from affmon.actions.undo import undo
 from affmon.collect.identity import resolve_pid, tgid_of
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Selection
-from affmon.core.advice import job_of, movable_occupants, suggest_for_job
+from affmon.core.advice import (
+    NOTHING_TO_PLACE,
+    job_of,
+    movable_occupants,
+    placement_cures,
+    suggest_for_job,
+    unchanged_by,
+)
 from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
 from affmon.core.errors import AffmonError, ParseError, SourceError
+from affmon.core.findings import Context, Finding, Job, evaluate
 from affmon.core.fmt import term_safe
 from affmon.core.planner import Suggestion
 from affmon.core.rates import Snapshot, make_snapshot
@@ -145,6 +153,14 @@ def cmd_pin(args: argparse.Namespace) -> int:
         if isolate:
             starts = {p.sample.pid: p.sample.start_ticks for p in snapshot.processes}
             isolate_candidates = tuple(sorted((o.pid, starts[o.pid]) for o in movable_occupants(snapshot, job, cpus)))
+        if suggestion is not None:
+            pinned = job if args.with_children else Job(root=job.root, members=(job.root,))
+            found = evaluate(snapshot, Context(topology))
+            no_change = unchanged_by(pinned, cpus, [pid for pid, _ in isolate_candidates], topology)
+            if no_change is None and not placement_cures(found, job.pid):
+                no_change = NOTHING_TO_PLACE
+            if no_change is not None:
+                return _no_change(args, pid, suggestion, no_change, [f for f in found if f.pid == job.pid and f.remedy])
     else:
         topology = load_topology()
         cpus = parse_cpus(args.cpus, topology)
@@ -178,6 +194,31 @@ def cmd_pin(args: argparse.Namespace) -> int:
         # The threads are pinned (and journaled); the pages are where they were.
         sys.stderr.write(f"affmon: threads pinned, but {term_safe(result.memory.message)}\n")
         return EXIT_FAILED
+    return 0
+
+
+def _no_change(args: argparse.Namespace, pid: int, suggestion: Suggestion, why: str, found: list[Finding]) -> int:
+    """``pin --suggest`` where no placement change can help: the suggestion is what the job
+    already has, or none of its findings in ``pin``'s last interval is one a core set cures.
+    Nothing is pinned (no journal entry, no ``0-15 -> 0-15``); what to change instead is said,
+    from the findings that name a remedy. Exit 0: nothing was asked that could be done."""
+    if args.json:
+        report = {
+            "ok": True,
+            "changed": False,
+            "no_change": why,
+            "remedies": [{"code": f.code, "message": f.message, "remedy": f.remedy} for f in found],
+            "suggestion": {"cpus": format_cpulist(suggestion.cpus), "reasons": list(suggestion.reasons)},
+            "threads": [],
+        }
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"PID {pid}: {term_safe(why)}; nothing was pinned")
+    for f in found:
+        print(f"  {f.code}: {term_safe(f.message)}")
+        print(f"    what to change: {term_safe(str(f.remedy))}")
+    if not found:
+        print(f"  `affmon diagnose --pid {pid}` names what limits it")
     return 0
 
 

@@ -7,11 +7,13 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from affmon.core.cpuset import format_cpulist
 from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
+from affmon.core.own_threads import thread_budget
 from affmon.core.planner import MachinePlan, RankPlan, plan_machine
 from affmon.core.visible import JobGpus, gpu_by_index, job_gpus
 from affmon.sources.job_gpus import find_job_gpus, nvml_gpu_refs
@@ -134,6 +136,24 @@ def exec_plan(args: argparse.Namespace) -> tuple[RankPlan, tuple[str, ...]]:
     return mine, (*job.warnings, *plan.warnings)
 
 
+# The intra-op pools a training process starts read these: PyTorch's (OpenMP), MKL's.
+BUDGET_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def budget_env(cpus: int, workers: int, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The thread budget ``exec`` gives the command it starts (``own_threads.thread_budget``):
+    the intra-op pools of the main process get the rank's CPUs less one per DataLoader worker
+    (DataLoader sets one thread in each worker itself). A variable the person already set is
+    theirs and stays."""
+    env = os.environ if environ is None else environ
+    threads = thread_budget(cpus, workers).main_threads
+    return {name: str(threads) for name in BUDGET_VARIABLES if name not in env}
+
+
+def budget_text(budget: Mapping[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in budget.items()) + " (its thread budget)"
+
+
 def cmd_exec(args: argparse.Namespace) -> int:
     """Pin to this rank's plan, then exec the command. A rank that cannot be planned (or
     pinned) still runs, unpinned, after one line on stderr: a launcher wrapper must never
@@ -152,6 +172,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         if args.strict:
             raise
         mine, warnings, problem = None, exc.warnings, str(exc)
+    budget = None if mine is None or args.no_thread_budget else budget_env(len(mine.cpus), args.workers)
     if args.dry_run:
         for w in warnings:
             print(f"! {term_safe(w)}")
@@ -160,11 +181,13 @@ def cmd_exec(args: argparse.Namespace) -> int:
             print(f"cannot plan: {said}. Would run unpinned: {term_safe(shown)}")
         else:
             where = f"GPU {mine.pci_bus_id}, rank {mine.rank}"
-            print(f"would pin to CPUs {format_cpulist(mine.cpus)} ({where}) and run: {term_safe(shown)}")
+            setting = f", set {budget_text(budget)}," if budget else ""
+            print(f"would pin to CPUs {format_cpulist(mine.cpus)} ({where}){setting} and run: {term_safe(shown)}")
         return 0
     if mine is not None:
         try:
             os.sched_setaffinity(0, mine.cpus)
+            os.environ.update(budget or {})  # a budget for CPUs it got, not for a plan it could not apply
         except OSError as exc:
             problem = f"cannot pin to CPUs {format_cpulist(mine.cpus)}: {exc.strerror} (outside this process's cpuset?)"
             if args.strict:

@@ -7,20 +7,46 @@ fewer CPUs than it has busy threads where its domain allows."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.domains import allowed_pool, gpu_domain
-from affmon.core.findings import DEFAULT_THRESHOLDS, Finding, Job, Neighbours, Thresholds, busy_threads, find_jobs
+from affmon.core.findings import (
+    DEFAULT_THRESHOLDS,
+    Context,
+    Finding,
+    Job,
+    Neighbours,
+    Thresholds,
+    busy_threads,
+    evaluate,
+    find_jobs,
+)
 from affmon.core.isolation import Candidate, left_alone
 from affmon.core.need import JobNeed, job_need, window_for
+from affmon.core.own_threads import Confined, job_cpus, restores_only
 from affmon.core.placements import Placement, placements
 from affmon.core.planner import Occupant, Suggestion, suggest
 from affmon.core.rates import ProcessRates, Snapshot
+from affmon.core.topology import Topology
 
-# Findings a different core set can fix; PCIE_DEGRADED cannot, AFFINITY_DRIFT carries its own.
-FIXABLE = frozenset({"STARVED", "MASK_TOO_NARROW", "CONTENDED", "CROSS_NUMA", "GPU_STARVED"})
+# Findings a core set may cure (where the suggestion changes nothing, it says so: "no_change").
+# GPU_STARVED is a symptom: where its CPU side waits, STARVED or CONTENDED carry the core set;
+# where it is only saturated (a loop at 100% that does not queue), no core set runs it faster.
+# OVERSUBSCRIBED, INPUT_BOUND, LOOP_BOUND and STALLED name a remedy of their own; PCIE_DEGRADED
+# has none affmon can apply; AFFINITY_DRIFT carries its own mask.
+FIXABLE = frozenset({"STARVED", "MASK_TOO_NARROW", "CONTENDED", "CROSS_NUMA", "CONFINED_THREAD"})
+
+NOTHING_TO_PLACE = (
+    "none of its findings is one a core set cures (its threads do not queue for a CPU, nothing else "
+    "runs on its CPUs, no thread is confined), so no placement change can help"
+)
+
+
+def placement_cures(findings: Iterable[Finding], pid: int) -> bool:
+    """Whether any of job ``pid``'s findings is one a core set may cure (``FIXABLE``)."""
+    return any(f.pid == pid and f.code in FIXABLE for f in findings)
 
 
 def occupants(snapshot: Snapshot, job_pids: frozenset[int], t: Thresholds = DEFAULT_THRESHOLDS) -> list[Occupant]:
@@ -105,6 +131,9 @@ def suggest_for_job(
 
 def _suggest(job: Job, snapshot: Snapshot, need: JobNeed, t: Thresholds) -> Suggestion:
     topo = snapshot.topology
+    confined = restores_only(job, snapshot, t, topo)
+    if confined:
+        return restore_confined(job, topo, confined)
     busy = busy_threads(job, snapshot.interval_s, t)
     indices = {i for m in job.members for i in m.sample.gpu_indices}
     gpu_ids = tuple(g.sample.pci_bus_id for g in snapshot.gpus if g.sample.index in indices and g.sample.pci_bus_id)
@@ -121,6 +150,45 @@ def _suggest(job: Job, snapshot: Snapshot, need: JobNeed, t: Thresholds) -> Sugg
     return _worded(found, need)
 
 
+def restore_confined(job: Job, topology: Topology, confined: Sequence[Confined]) -> Suggestion:
+    """The job's own CPUs for its confined threads: a pin of the whole job to the CPUs its
+    threads already share changes only the threads narrower than that."""
+    cpus = job_cpus(job, topology)
+    named = ", ".join(f"{c.thread.sample.tid} ({c.role}, on {format_cpulist(c.mask)})" for c in confined[:4]) + (
+        f" and {len(confined) - 4} more" if len(confined) > 4 else ""
+    )
+    nodes = topology.nodes_of(cpus)
+    return Suggestion(
+        cpus=cpus,
+        numa_node=nodes[0] if len(nodes) == 1 else None,
+        reasons=(
+            f"Threads {named} may run on fewer CPUs than the rest of the job and wait for one there, while the "
+            "rest of the job does not queue.",
+            f"Suggested: the job's own CPUs {format_cpulist(cpus)}, which gives those threads back the CPUs "
+            "their job runs on and leaves every other thread's mask as it is.",
+        ),
+        warnings=(),
+        move_off=(),
+    )
+
+
+def unchanged_by(job: Job, cpus: CpuSet, move_off: Collection[int], topology: Topology) -> str | None:
+    """Why pinning ``job`` (every thread of every member) to ``cpus`` and moving ``move_off``
+    would change nothing; None when it would change something. A pin that sets 0-15 on
+    threads that have 0-15 is no remedy, and saying it is one hides the real one."""
+    if move_off:
+        return None
+    wanted = cpus & topology.online_cpus
+    for _, th in job.threads():
+        mask = th.sample.allowed_cpus
+        if mask is None or (mask & topology.online_cpus) != wanted:
+            return None
+    return (
+        f"every thread of the job already has CPUs {format_cpulist(wanted)} and nothing else busy can move off "
+        "them, so no placement change can help"
+    )
+
+
 def _allowed(job: Job, snapshot: Snapshot) -> CpuSet | None:
     root = job.root.sample
     topo = snapshot.topology
@@ -135,13 +203,16 @@ def _worded(s: Suggestion, need: JobNeed) -> Suggestion:
     return replace(s, reasons=tuple(reasons))
 
 
-def suggestion_json(s: Suggestion) -> dict[str, object]:
+def suggestion_json(s: Suggestion, no_change: str | None = None) -> dict[str, object]:
+    """The suggestion as a finding carries it; ``no_change``: why pinning to it would change
+    nothing (the front ends then offer no pin and say so)."""
     return {
         "cpus": format_cpulist(s.cpus),
         "move_off": list(s.move_off),
         "numa_node": s.numa_node,
         "reasons": list(s.reasons),
         "warnings": list(s.warnings),
+        "no_change": no_change,
     }
 
 
@@ -161,7 +232,10 @@ def attach_suggestions(
         job = jobs.get(f.pid) if f.pid is not None else None
         if f.code in FIXABLE and job is not None:
             if job.pid not in cache:
-                cache[job.pid] = suggestion_json(suggest_for_job(job, snapshot, t, window=window))
+                found = suggest_for_job(job, snapshot, t, window=window)
+                cache[job.pid] = suggestion_json(
+                    found, unchanged_by(job, found.cpus, found.move_off, snapshot.topology)
+                )
             f = replace(f, suggestion=cache[job.pid])
         result.append(f)
     return result
@@ -205,6 +279,9 @@ class PinProposal:
     # Busy on those CPUs but not to be moved by ``isolate`` (another user's, PID 1, pinned
     # on purpose), each with why: the dialog lists them, the pin reports them again.
     left_alone: tuple[tuple[Occupant, str], ...] = ()
+    # Why the pin would change nothing (every thread already has the suggested CPUs and
+    # nothing can move off them): ``r`` then offers no pin and names the findings' remedies.
+    no_change: str | None = None
 
     @property
     def isolate_candidates(self) -> tuple[tuple[int, int], ...]:
@@ -256,6 +333,8 @@ def propose_pin(
         start_ticks=job.root.sample.start_ticks,
         move_off_starts=tuple(starts[o.pid] for o in move_off),
         left_alone=tuple(kept),
+        no_change=unchanged_by(job, suggestion.cpus, [o.pid for o in on_cpus], snapshot.topology)
+        or (None if placement_cures(evaluate(snapshot, Context(snapshot.topology, t)), job.pid) else NOTHING_TO_PLACE),
     )
 
 

@@ -23,230 +23,53 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import IntEnum
 from typing import Any
 
 from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.fmt import term_safe
+from affmon.core.memory import rule_remote_memory
+from affmon.core.own_threads import job_cpus, pool_of, rule_confined_thread, rule_oversubscribed
 from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
+from affmon.core.rule_base import (
+    DEFAULT_THRESHOLDS,
+    Context,
+    ExpectedMasks,
+    Finding,
+    Job,
+    Severity,
+    Thresholds,
+    busy_threads,
+    demand,
+    find_jobs,
+    job_gpus,
+    merge_same_code,
+    rounded,
+    severity_of,
+    tids_of,
+    wait_ratio,
+)
 from affmon.core.samples import NodeMemory
 from affmon.core.topology import Topology
 
-
-class Severity(IntEnum):
-    INFO = 0
-    WARN = 1
-    BAD = 2
-
-    def __str__(self) -> str:
-        return self.name.lower()
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Every threshold the rules use, with its default and why (docs/findings.md).
-
-    ================================  =======  ==============================================
-    field                             default  meaning
-    ================================  =======  ==============================================
-    busy_demand                       0.20     a thread is busy when run + run-queue wait
-                                               fill at least 20% of the interval
-    starved_warn / starved_bad        0.10 /   run-queue wait ratio of the job's busy
-                                      0.25     threads (measured on an H200: 0.00 healthy,
-                                               0.45 hogs, 0.61 narrow mask; bcc's runqlat
-                                               and the 25% CPU-throttling alert convention)
-    narrow_factor                     1.0      busy threads' CPU demand above this many
-                                               times the CPUs of their mask ...
-    narrow_margin_cpus                0.25     ... plus this many CPUs, with more busy
-                                               threads than CPUs (one thread's demand
-                                               jitters just above 1.0)
-    other_busy_percent                20.0     another process's thread is a contender
-                                               from this CPU % on, or from half its fair
-                                               share of a crowded CPU (``Neighbours``)
-    neighbour_floor_percent           5.0      ... but never below this CPU %
-    cross_numa_share                  0.20     share of busy threads that ran off the
-                                               GPU's NUMA node
-    gpu_util_low                      50       GPU utilisation % called "well below"
-    pcie_traffic_bytes_per_s          100e6    traffic that makes a slow link matter
-    raise_after / clear_after         2 / 3    consecutive intervals to raise / to clear
-    ================================  =======  ==============================================
-    """
-
-    busy_demand: float = 0.20
-    starved_warn: float = 0.10
-    starved_bad: float = 0.25
-    narrow_factor: float = 1.0
-    narrow_margin_cpus: float = 0.25
-    other_busy_percent: float = 20.0
-    neighbour_floor_percent: float = 5.0
-    cross_numa_share: float = 0.20
-    gpu_util_low: float = 50.0
-    pcie_traffic_bytes_per_s: float = 100e6
-    raise_after: int = 2
-    clear_after: int = 3
-
-
-DEFAULT_THRESHOLDS = Thresholds()
-
-
-@dataclass(frozen=True)
-class Finding:
-    code: str
-    severity: Severity
-    pid: int | None  # the job's root process; None for a GPU nobody watched uses
-    tids: tuple[int, ...]
-    message: str
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-    suggestion: Mapping[str, Any] | None = None  # {"cpus": "...", "move_off": [pids]}
-
-    @property
-    def key(self) -> tuple[str, int | None]:
-        return (self.code, self.pid)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "severity": str(self.severity),
-            "pid": self.pid,
-            "tids": list(self.tids),
-            "message": self.message,
-            "evidence": dict(self.evidence),
-            "suggestion": None if self.suggestion is None else dict(self.suggestion),
-        }
-
-
-# -- jobs and busy threads ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Job:
-    root: ProcessRates
-    members: tuple[ProcessRates, ...]  # root first, then workers
-
-    @property
-    def training(self) -> bool:
-        """A training job (a rank and its workers): on a GPU, or a process the sampler saw as
-        training. False for a watched process that is neither (a monitor, a script): the CPU
-        rules judge it, the GPU rules and the planner's share among ranks do not count it."""
-        return any(m.sample.gpu_indices for m in self.members) or self.root.sample.training
-
-    @property
-    def pid(self) -> int:
-        return self.root.sample.pid
-
-    @property
-    def pids(self) -> frozenset[int]:
-        return frozenset(m.sample.pid for m in self.members)
-
-    def threads(self) -> Iterable[tuple[ProcessRates, ThreadRates]]:
-        for member in self.members:
-            for thread in member.threads:
-                yield member, thread
-
-
-def find_jobs(snapshot: Snapshot) -> list[Job]:
-    """Group watched processes into jobs. Where any watched process is on a GPU, the jobs
-    are rooted at GPU processes (a rank), with their watched descendants that are not on
-    a GPU (DataLoader workers); other python processes that look like training are then
-    just other tenants, while a watched process that is not training (a monitor) outside
-    those jobs roots a job of its own, so its CPU findings show. With no GPU process in
-    sight (no NVML), every watched process whose parent is not watched roots a job."""
-    watched = {p.sample.pid: p for p in snapshot.processes if p.sample.watched and not p.sample.kernel}
-    roots = {pid for pid, p in watched.items() if p.sample.gpu_indices}
-    if roots:
-        ranked = {pid for pid in watched if _under(pid, roots, watched)}
-        rest = {pid: p for pid, p in watched.items() if pid not in ranked and not p.sample.training}
-        roots |= {pid for pid, p in rest.items() if (p.sample.ppid or -1) not in rest}
-    else:
-        roots = {pid for pid, p in watched.items() if (p.sample.ppid or -1) not in watched}
-
-    def root_of(p: ProcessRates) -> int | None:
-        seen: set[int] = set()
-        while p.sample.pid not in roots:
-            seen.add(p.sample.pid)
-            parent = watched.get(p.sample.ppid or -1)
-            if parent is None or parent.sample.pid in seen:
-                return None
-            p = parent
-        return p.sample.pid
-
-    groups: dict[int, list[ProcessRates]] = {}
-    for p in watched.values():
-        root = root_of(p)
-        if root is not None:
-            groups.setdefault(root, []).append(p)
-    jobs = []
-    for root_pid, members in sorted(groups.items()):
-        members.sort(key=lambda m: (m.sample.pid != root_pid, m.sample.pid))
-        jobs.append(Job(root=watched[root_pid], members=tuple(members)))
-    return jobs
-
-
-def _under(pid: int, roots: set[int], watched: Mapping[int, ProcessRates]) -> bool:
-    """Whether ``pid`` is one of ``roots`` or descends from one through watched processes."""
-    seen: set[int] = set()
-    up: int | None = pid
-    while up is not None and up in watched and up not in seen:
-        if up in roots:
-            return True
-        seen.add(up)
-        up = watched[up].sample.ppid
-    return False
-
-
-def demand(thread: ThreadRates, seconds: float) -> float:
-    """CPUs this thread wanted over the interval: (run + run-queue wait) / wall time."""
-    if thread.cpu_ns_delta is None:
-        return 0.0
-    return (thread.cpu_ns_delta + (thread.wait_ns_delta or 0)) / (seconds * 1e9)
-
-
-def busy_threads(job: Job, seconds: float, t: Thresholds) -> list[tuple[ProcessRates, ThreadRates]]:
-    return [(p, th) for p, th in job.threads() if demand(th, seconds) >= t.busy_demand]
-
-
-def wait_ratio(threads: Iterable[ThreadRates]) -> float | None:
-    run = wait = 0
-    for th in threads:
-        if th.cpu_ns_delta is not None and th.wait_ns_delta is not None:
-            run += th.cpu_ns_delta
-            wait += th.wait_ns_delta
-    return wait / (run + wait) if run + wait > 0 else None
-
-
-def _severity(value: float, warn: float, bad: float) -> Severity | None:
-    if value >= bad:
-        return Severity.BAD
-    if value >= warn:
-        return Severity.WARN
-    return None
-
-
-def _tids(threads: Iterable[tuple[ProcessRates, ThreadRates]], most: int = 16) -> tuple[int, ...]:
-    return tuple(sorted(th.sample.tid for _, th in threads))[:most]
-
-
-def _r(value: float | None, digits: int = 2) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-# -- context ---------------------------------------------------------------------------
-
-
-ExpectedMasks = Mapping[tuple[int, int], CpuSet]
-
-
-@dataclass(frozen=True)
-class Context:
-    topology: Topology
-    thresholds: Thresholds = DEFAULT_THRESHOLDS
-    # (PID, start ticks) -> the mask affmon set: a process that reused a pinned PID is not it
-    expected_masks: ExpectedMasks = field(default_factory=dict)
-
-
-def job_gpus(job: Job, snapshot: Snapshot) -> list[GpuRates]:
-    indices = {i for m in job.members for i in m.sample.gpu_indices}
-    return [g for g in snapshot.gpus if g.sample.index in indices]
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "BusyThreads",
+    "Context",
+    "ExpectedMasks",
+    "Finding",
+    "FindingTracker",
+    "Job",
+    "Neighbours",
+    "Severity",
+    "Thresholds",
+    "busy_threads",
+    "demand",
+    "evaluate",
+    "exit_status",
+    "find_jobs",
+    "job_gpus",
+    "wait_ratio",
+]
 
 
 # -- the rules ---------------------------------------------------------------------------
@@ -258,7 +81,7 @@ def rule_starved(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
     ratio = wait_ratio(th for _, th in busy)
     if ratio is None:
         return []
-    severity = _severity(ratio, t.starved_warn, t.starved_bad)
+    severity = severity_of(ratio, t.starved_warn, t.starved_bad)
     if severity is None:
         return []
     worst = sorted(busy, key=lambda pt: -(pt[1].wait_ratio or 0))[:5]
@@ -267,17 +90,17 @@ def rule_starved(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
             "STARVED",
             severity,
             job.pid,
-            _tids(busy),
+            tids_of(busy),
             f"its {len(busy)} busy threads waited for a CPU {ratio:.0%} of the time they wanted one "
             f"(a healthy job waits under {t.starved_warn:.0%})",
             {
-                "wait_ratio": _r(ratio, 3),
+                "wait_ratio": rounded(ratio, 3),
                 "busy_threads": len(busy),
-                "demand_cpus": _r(sum(demand(th, snap.interval_s) for _, th in busy)),
-                "involuntary_switches_per_s": _r(sum(th.involuntary_switches_per_s or 0 for _, th in busy), 1),
-                "migrations_per_s": _r(sum(th.migrations_per_s or 0 for _, th in busy), 1),
+                "demand_cpus": rounded(sum(demand(th, snap.interval_s) for _, th in busy)),
+                "involuntary_switches_per_s": rounded(sum(th.involuntary_switches_per_s or 0 for _, th in busy), 1),
+                "migrations_per_s": rounded(sum(th.migrations_per_s or 0 for _, th in busy), 1),
                 "worst_threads": [
-                    {"tid": th.sample.tid, "name": th.sample.name, "wait_ratio": _r(th.wait_ratio, 3)}
+                    {"tid": th.sample.tid, "name": th.sample.name, "wait_ratio": rounded(th.wait_ratio, 3)}
                     for _, th in worst
                 ],
             },
@@ -293,7 +116,15 @@ def rule_mask_too_narrow(job: Job, snap: Snapshot, ctx: Context) -> list[Finding
         if th.sample.allowed_cpus:
             by_mask.setdefault(th.sample.allowed_cpus, []).append((p, th))
     findings = []
+    pool = pool_of(job, ctx.topology)
+    cpus = job_cpus(job, ctx.topology)
     for mask, threads in by_mask.items():
+        online = mask & ctx.topology.online_cpus
+        # Too narrow only where a wider mask is possible (OVERSUBSCRIBED says when even every
+        # CPU the job may have is not enough), and only for the job's own mask: threads
+        # narrower than the rest of their job are CONFINED_THREAD's.
+        if not online < pool or online < cpus:
+            continue
         wanted = sum(demand(th, snap.interval_s) for _, th in threads)
         ratio = wait_ratio(th for _, th in threads) or 0.0
         # A mask is too narrow only for more busy threads than it has CPUs, wanting clearly
@@ -308,16 +139,18 @@ def rule_mask_too_narrow(job: Job, snap: Snapshot, ctx: Context) -> list[Finding
                 "MASK_TOO_NARROW",
                 severity,
                 job.pid,
-                _tids(threads),
+                tids_of(threads),
                 f"{len(threads)} busy threads want {wanted:.1f} CPUs but their mask allows only "
-                f"{len(mask)} (CPUs {format_cpulist(mask)}), so they queue {ratio:.0%} of the time",
+                f"{len(mask)} (CPUs {format_cpulist(mask)}), so they queue {ratio:.0%} of the time; the job may "
+                f"have {len(pool)} CPUs ({format_cpulist(pool)})",
                 {
                     "mask": format_cpulist(mask),
                     "cpus_in_mask": len(mask),
                     "busy_threads": len(threads),
-                    "demand_cpus": _r(wanted),
-                    "wait_ratio": _r(ratio, 3),
+                    "demand_cpus": rounded(wanted),
+                    "wait_ratio": rounded(ratio, 3),
                     "processes": sorted({p.sample.pid for p, _ in threads}),
+                    "cpus_available": len(pool),
                 },
             )
         )
@@ -399,7 +232,7 @@ def _others_on(cpus: CpuSet, job: Job, busy: Neighbours) -> list[dict[str, Any]]
                     "training": p.sample.training,
                     "kernel": p.sample.kernel,
                     "cpus": format_cpulist({th.sample.psr for th in on if th.sample.psr is not None}),
-                    "cpu_percent": _r(sum(th.cpu_percent or 0 for th in on), 1),
+                    "cpu_percent": rounded(sum(th.cpu_percent or 0 for th in on), 1),
                 }
             )
     return sorted(found, key=lambda o: -float(o["cpu_percent"] or 0))
@@ -433,10 +266,10 @@ def rule_contended(
                     "CONTENDED",
                     Severity.BAD if ratio >= t.starved_bad else Severity.WARN,
                     job.pid,
-                    _tids(busy),
+                    tids_of(busy),
                     f"other processes ran busy threads on the CPUs this job uses ({format_cpulist(ran_on)}): "
                     f"{names}{more}; its busy threads waited {ratio:.0%} of the time",
-                    {"wait_ratio": _r(ratio, 3), "job_cpus": format_cpulist(ran_on), "others": others},
+                    {"wait_ratio": rounded(ratio, 3), "job_cpus": format_cpulist(ran_on), "others": others},
                 )
             )
     # Two training jobs pinned onto overlapping CPUs collide even before they starve.
@@ -465,22 +298,7 @@ def rule_contended(
                         },
                     )
                 )
-    return _merge_same_code(findings)
-
-
-def _merge_same_code(findings: list[Finding]) -> list[Finding]:
-    """One finding per (code, pid): the worst, with the other messages' evidence kept."""
-    if len(findings) <= 1:
-        return findings
-    worst = max(findings, key=lambda f: f.severity)
-    rest = [f for f in findings if f is not worst]
-    return [
-        replace(
-            worst,
-            message="; ".join([worst.message, *(f.message for f in rest)]),
-            evidence={**worst.evidence, "also": [dict(f.evidence) for f in rest]},
-        )
-    ]
+    return merge_same_code(findings)
 
 
 def rule_cross_numa(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
@@ -543,7 +361,7 @@ def rule_cross_numa(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
                     {"gpu": gpu.sample.index, "gpu_node": node.id, "mems_allowed": format_cpulist(mems)},
                 )
             )
-    return _merge_same_code(findings)
+    return merge_same_code(findings)
 
 
 def rule_gpu_starved(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
@@ -572,19 +390,19 @@ def rule_gpu_starved(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
                 "GPU_STARVED",
                 Severity.BAD if util < t.gpu_util_low / 2 and starved else Severity.WARN,
                 job.pid,
-                _tids(busy),
+                tids_of(busy),
                 f"GPU {gpu.sample.index} is only {util}% busy while {why}: the GPU waits for the CPU side",
                 {
                     "gpu": gpu.sample.index,
                     "util_percent": util,
-                    "wait_ratio": _r(ratio, 3),
-                    "main_thread_cpu_percent": _r(main_percent, 1),
-                    "demand_cpus": _r(wanted),
+                    "wait_ratio": rounded(ratio, 3),
+                    "main_thread_cpu_percent": rounded(main_percent, 1),
+                    "demand_cpus": rounded(wanted),
                     "cpus_in_mask": None if mask is None else len(mask),
                 },
             )
         )
-    return _merge_same_code(findings)
+    return merge_same_code(findings)
 
 
 def rule_pcie_degraded(gpu: GpuRates, t: Thresholds) -> Finding | None:
@@ -640,19 +458,19 @@ def rule_affinity_drift(job: Job, ctx: Context) -> list[Finding]:
                     {"cpus": format_cpulist(expected), "move_off": []},
                 )
             )
-    return _merge_same_code(findings)
+    return merge_same_code(findings)
 
 
 def evaluate(snapshot: Snapshot, ctx: Context) -> list[Finding]:
     """Every rule on one interval, before debouncing."""
-    from affmon.core.memory import rule_remote_memory  # it builds its findings from this module's types
-
     jobs = find_jobs(snapshot)
     findings: list[Finding] = []
     everyone = Neighbours(snapshot, ctx.thresholds)
     for job in jobs:
         findings += rule_starved(job, snapshot, ctx)
         findings += rule_mask_too_narrow(job, snapshot, ctx)
+        findings += rule_oversubscribed(job, snapshot, ctx)
+        findings += rule_confined_thread(job, snapshot, ctx)
         findings += rule_contended(job, snapshot, ctx, jobs, everyone)
         findings += rule_cross_numa(job, snapshot, ctx)
         findings += rule_gpu_starved(job, snapshot, ctx)
@@ -672,7 +490,7 @@ def _merge_by_key(findings: list[Finding]) -> list[Finding]:
         groups.setdefault(f.key, []).append(f)
     merged = []
     for group in groups.values():
-        merged += _merge_same_code(group)
+        merged += merge_same_code(group)
     return sorted(merged, key=lambda f: (-f.severity, f.pid or 0, f.code))
 
 

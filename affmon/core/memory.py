@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from affmon.core.cpuset import CpuSet, format_cpulist
-from affmon.core.findings import Finding, Job, Severity
 from affmon.core.rates import ProcessRates
+from affmon.core.rule_base import Finding, Job, Severity
 from affmon.core.samples import NodeMemory
 from affmon.core.topology import Topology
 

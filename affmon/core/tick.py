@@ -71,7 +71,7 @@ def advance(state: Tick, sample: Sample, expected_masks: ExpectedMasks | None = 
     snapshot = make_snapshot(previous, sample, state.topology, before=state.snapshot)
     found = evaluate(snapshot, Context(state.topology, state.thresholds, expected_masks or {}))
     loops = loop_reports(snapshot)
-    found = _worst_first(found + loop_findings(loops))
+    found = _worst_first(reconciled(found + loop_findings(loops)))
     tracker = _prune(state.tracker.update(found), {p.pid for p in sample.processes})
     return replace(
         taken,
@@ -82,6 +82,41 @@ def advance(state: Tick, sample: Sample, expected_masks: ExpectedMasks | None = 
         findings=tuple(tracker.active),
         intervals=state.intervals + 1,
     )
+
+
+# A job's own threads named as the cause: the loop's wait for data is their effect, and the
+# INPUT_BOUND advice about workers and CPUs would send the person the wrong way.
+_CAUSES = {
+    "OVERSUBSCRIBED": (
+        "thread_budget",
+        "the workers queue behind the job's own threads (OVERSUBSCRIBED): cut the threads, not the workers",
+    ),
+    "CONFINED_THREAD": (
+        "restore_threads",
+        "a thread the loop depends on is confined to fewer CPUs than its job (CONFINED_THREAD): give it the "
+        "job's CPUs back",
+    ),
+}
+
+
+def reconciled(findings: list[Finding]) -> list[Finding]:
+    """INPUT_BOUND of a job whose own threads are named as the cause (``_CAUSES``) says so
+    instead of asking for more workers or CPUs."""
+    causes = {(f.pid, f.code) for f in findings if f.code in _CAUSES}
+    out = []
+    for f in findings:
+        cause = next((c for c in _CAUSES if (f.pid, c) in causes), None)
+        if f.code == "INPUT_BOUND" and cause is not None:
+            action, why = _CAUSES[cause]
+            head = f.message.split("; ", 1)[0]
+            f = replace(
+                f,
+                message=f"{head}; {why}",
+                evidence={**f.evidence, "advice": {"action": action}},
+                remedy=None,
+            )
+        out.append(f)
+    return out
 
 
 def _worst_first(findings: list[Finding]) -> list[Finding]:

@@ -566,6 +566,12 @@ class AffmonApp(App[None]):
         if not proposal.suggestion.cpus:
             self.notify("affmon has no CPUs to suggest for it", severity="warning")
             return
+        if proposal.no_change is not None:  # no pin that changes nothing, nor one that cures nothing
+            from affmon.tui.screens import NoChangeScreen
+
+            findings = view.findings_of(proposal.pid)
+            self.push_screen(NoChangeScreen(proposal, findings, self.pal), self._after_action)
+            return
         from affmon.tui.screens import PinScreen
 
         self.push_screen(PinScreen(proposal, self.pinner, self.pal), self._after_action)

@@ -9,6 +9,7 @@ passes through ``term_safe`` and goes into Rich ``Text``, never markup."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.text import Text
@@ -24,6 +25,7 @@ from affmon.actions.pin import PinResult
 from affmon.actions.undo import UndoResult
 from affmon.core import fmt
 from affmon.core.advice import PinProposal
+from affmon.core.findings import Finding
 from affmon.tui.palette import Palette
 from affmon.tui.pinner import Pinner
 
@@ -251,6 +253,40 @@ class PinScreen(_ActionScreen):
             memory = f"; memory: {fmt.term_safe(r.memory.message)}" if r.memory is not None else ""
             return f"pinned {self.proposal.pid} to CPUs {fmt.cpus(r.cpus)} (u undoes it){memory}"
         return f"pin of {self.proposal.pid} failed: {fmt.term_safe(str(r.error))}"
+
+
+def no_change_text(proposal: PinProposal, findings: Sequence[Finding], p: Palette) -> Text:
+    """Why ``r`` offers no pin, and what the job's findings say to change instead."""
+    out = Text()
+    out.append(f"No placement change can help {proposal.pid} {fmt.term_safe(proposal.name)}\n\n", style="bold")
+    out.append(fmt.term_safe(str(proposal.no_change)) + ".\n", style=p.muted)
+    remedies = [f for f in findings if f.remedy]
+    if remedies:
+        out.append("\nwhat to change instead\n", style="bold")
+        for f in remedies:
+            out.append(f"  {f.code}: ", style=p.severity(f.severity))
+            out.append(fmt.term_safe(str(f.remedy)) + "\n", style=p.success)
+    else:
+        out.append(
+            f"\n`affmon diagnose --pid {proposal.pid}` names what limits it; nothing was pinned.\n", style=p.muted
+        )
+    return out
+
+
+class NoChangeScreen(_ActionScreen):
+    """``r`` on a job whose suggestion is the masks it already has: nothing to apply."""
+
+    def __init__(self, proposal: PinProposal, findings: Sequence[Finding], palette: Palette) -> None:
+        super().__init__(palette)
+        self.proposal = proposal
+        self.findings = tuple(findings)
+        self.state = "done"
+
+    def body(self) -> Text:
+        return no_change_text(self.proposal, self.findings, self.palette)
+
+    def summary(self) -> str | None:
+        return f"no placement change can help {self.proposal.pid}: nothing was pinned"
 
 
 class UndoScreen(_ActionScreen):

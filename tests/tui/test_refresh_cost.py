@@ -564,11 +564,12 @@ def test_no_re_pin_plan_from_the_first_look():
         app = replay_app("narrow")
         async with app.run_test(size=SIZE) as pilot:
             await play(pilot)
+            played = app.view
             _, samples = load("narrow")
             app.view = recorded_monitor("narrow").first_look(samples[-1])
             await pilot.press("r")
             assert not isinstance(app.screen, PinScreen)
-            app.view = dataclasses.replace(app.view, measured=True)
+            app.view = played  # measured: the narrow mask's findings, and a plan for them
             await pilot.press("r")
             assert isinstance(app.screen, PinScreen)
 

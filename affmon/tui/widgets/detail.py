@@ -43,7 +43,7 @@ THREAD_COLUMNS = (
 GIB = 1 << 30
 # Evidence shown in words elsewhere: the loop's line and shares (the loop line), the
 # advice (its own line), the workers' figures (in the message).
-_NOT_AS_EVIDENCE = ("also", "worst_threads", "others", "loop", "line", "advice", "workers")
+_NOT_AS_EVIDENCE = ("also", "worst_threads", "others", "loop", "line", "advice", "workers", "budget", "stalled")
 # What an INPUT_BOUND's advice (``affmon.core.loop_findings.input_advice``) asks for.
 _ADVICE = {
     "add_workers": "add DataLoader workers",
@@ -51,6 +51,8 @@ _ADVICE = {
     "move_neighbours": "move the neighbours off the job's CPUs (r, with isolate)",
     "use_workers": "load the data in DataLoader workers",
     "check_pipeline": "look at the input pipeline (storage, a lock, a remote source)",
+    "thread_budget": "fewer threads in the job (see OVERSUBSCRIBED)",
+    "restore_threads": "give the confined threads the job's CPUs back (r)",
 }
 _PLOT = {
     DATA_WAIT: ("data", "magenta"),
@@ -97,6 +99,17 @@ def _place(out: Text, row: DetailedRow, p: Palette) -> None:
 
 
 def _evidence(value: Any) -> str:
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "tid" in v for v in value):
+        # CONFINED_THREAD's threads: "1234 main loop on 0 (wait 0.13)"
+        return "; ".join(
+            fmt.term_safe(f"{v['tid']} {v.get('role', '')} on {v.get('mask', '?')} (wait {v.get('wait_ratio')})")
+            for v in value[:6]
+        )
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "busy_threads" in v for v in value):
+        # OVERSUBSCRIBED's processes: "1234 main process 15 busy"
+        return "; ".join(
+            fmt.term_safe(f"{v.get('pid')} {v.get('role', '')} {v['busy_threads']} busy") for v in value[:6]
+        )
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, list | dict):
@@ -147,7 +160,12 @@ def detail_text(row: ProcessRow | None, findings: Sequence[Finding], p: Palette,
             )
             more = f" and {len(others) - 6} more" if len(others) > 6 else ""
             out.append(f"  others: {names}{more}\n", style=p.muted)
-        if f.suggestion:
+        if f.remedy:
+            out.append("  what to change: ", style=p.muted)
+            out.append(fmt.term_safe(f.remedy) + "\n", style=p.success)
+        if f.suggestion and f.suggestion.get("no_change"):
+            out.append(fmt.term_safe(f"  no pin: {f.suggestion.get('no_change')}\n"), style=p.muted)
+        elif f.suggestion:
             out.append(fmt.term_safe(f"  suggested CPUs {f.suggestion.get('cpus')}"), style=p.success)
             out.append(" · press r to review and apply\n", style=p.muted)
     return out

@@ -1,0 +1,257 @@
+"""What every diagnosis rule is built from: the finding, its severity, the thresholds, and
+the job a rule judges (a training process with its DataLoader workers) with its busy
+threads. Pure. The rules themselves are in ``findings.py`` (placement), ``own_threads.py``
+(a job's own threads: too many, or confined), ``memory.py`` and ``loop_findings.py``.
+
+A *job* is a training process with its watched descendants that are not jobs of their
+own: a rank and its DataLoader workers (``find_jobs``). A watched process that is not training
+(a monitor, a script: ``ProcessSample.training`` False) is a job of its own too, judged by the
+CPU rules only (``Job.training``). A thread is *busy* when it wanted a CPU (ran or waited on a
+run queue) for at least ``busy_demand`` of the interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from typing import Any
+
+from affmon.core.cpuset import CpuSet
+from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
+from affmon.core.topology import Topology
+
+
+class Severity(IntEnum):
+    INFO = 0
+    WARN = 1
+    BAD = 2
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every threshold the rules use, with its default and why (docs/findings.md).
+
+    ================================  =======  ==============================================
+    field                             default  meaning
+    ================================  =======  ==============================================
+    busy_demand                       0.20     a thread is busy when run + run-queue wait
+                                               fill at least 20% of the interval
+    starved_warn / starved_bad        0.10 /   run-queue wait ratio of the job's busy
+                                      0.25     threads (measured on an H200: 0.00 healthy,
+                                               0.45 hogs, 0.61 narrow mask; bcc's runqlat
+                                               and the 25% CPU-throttling alert convention)
+    narrow_factor                     1.0      busy threads' CPU demand above this many
+                                               times the CPUs of their mask ...
+    narrow_margin_cpus                0.25     ... plus this many CPUs, with more busy
+                                               threads than CPUs (one thread's demand
+                                               jitters just above 1.0)
+    other_busy_percent                20.0     another process's thread is a contender
+                                               from this CPU % on, or from half its fair
+                                               share of a crowded CPU (``Neighbours``)
+    neighbour_floor_percent           5.0      ... but never below this CPU %
+    cross_numa_share                  0.20     share of busy threads that ran off the
+                                               GPU's NUMA node
+    gpu_util_low                      50       GPU utilisation % called "well below"
+    pcie_traffic_bytes_per_s          100e6    traffic that makes a slow link matter
+    raise_after / clear_after         2 / 3    consecutive intervals to raise / to clear
+    ================================  =======  ==============================================
+    """
+
+    busy_demand: float = 0.20
+    starved_warn: float = 0.10
+    starved_bad: float = 0.25
+    narrow_factor: float = 1.0
+    narrow_margin_cpus: float = 0.25
+    other_busy_percent: float = 20.0
+    neighbour_floor_percent: float = 5.0
+    cross_numa_share: float = 0.20
+    gpu_util_low: float = 50.0
+    pcie_traffic_bytes_per_s: float = 100e6
+    raise_after: int = 2
+    clear_after: int = 3
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: Severity
+    pid: int | None  # the job's root process; None for a GPU nobody watched uses
+    tids: tuple[int, ...]
+    message: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    suggestion: Mapping[str, Any] | None = None  # {"cpus": "...", "move_off": [pids]}
+    # What to change where no core set is the cure (a thread budget, more DataLoader
+    # workers, a stuck pipeline): one sentence, display text; None where the cure is a pin.
+    remedy: str | None = None
+
+    @property
+    def key(self) -> tuple[str, int | None]:
+        return (self.code, self.pid)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "severity": str(self.severity),
+            "pid": self.pid,
+            "tids": list(self.tids),
+            "message": self.message,
+            "evidence": dict(self.evidence),
+            "suggestion": None if self.suggestion is None else dict(self.suggestion),
+            "remedy": self.remedy,
+        }
+
+
+# -- jobs and busy threads ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    root: ProcessRates
+    members: tuple[ProcessRates, ...]  # root first, then workers
+
+    @property
+    def training(self) -> bool:
+        """A training job (a rank and its workers): on a GPU, or a process the sampler saw as
+        training. False for a watched process that is neither (a monitor, a script): the CPU
+        rules judge it, the GPU rules and the planner's share among ranks do not count it."""
+        return any(m.sample.gpu_indices for m in self.members) or self.root.sample.training
+
+    @property
+    def pid(self) -> int:
+        return self.root.sample.pid
+
+    @property
+    def pids(self) -> frozenset[int]:
+        return frozenset(m.sample.pid for m in self.members)
+
+    def threads(self) -> Iterable[tuple[ProcessRates, ThreadRates]]:
+        for member in self.members:
+            for thread in member.threads:
+                yield member, thread
+
+
+def find_jobs(snapshot: Snapshot) -> list[Job]:
+    """Group watched processes into jobs. Where any watched process is on a GPU, the jobs
+    are rooted at GPU processes (a rank), with their watched descendants that are not on
+    a GPU (DataLoader workers); other python processes that look like training are then
+    just other tenants, while a watched process that is not training (a monitor) outside
+    those jobs roots a job of its own, so its CPU findings show. With no GPU process in
+    sight (no NVML), every watched process whose parent is not watched roots a job."""
+    watched = {p.sample.pid: p for p in snapshot.processes if p.sample.watched and not p.sample.kernel}
+    roots = {pid for pid, p in watched.items() if p.sample.gpu_indices}
+    if roots:
+        ranked = {pid for pid in watched if _under(pid, roots, watched)}
+        rest = {pid: p for pid, p in watched.items() if pid not in ranked and not p.sample.training}
+        roots |= {pid for pid, p in rest.items() if (p.sample.ppid or -1) not in rest}
+    else:
+        roots = {pid for pid, p in watched.items() if (p.sample.ppid or -1) not in watched}
+
+    def root_of(p: ProcessRates) -> int | None:
+        seen: set[int] = set()
+        while p.sample.pid not in roots:
+            seen.add(p.sample.pid)
+            parent = watched.get(p.sample.ppid or -1)
+            if parent is None or parent.sample.pid in seen:
+                return None
+            p = parent
+        return p.sample.pid
+
+    groups: dict[int, list[ProcessRates]] = {}
+    for p in watched.values():
+        root = root_of(p)
+        if root is not None:
+            groups.setdefault(root, []).append(p)
+    jobs = []
+    for root_pid, members in sorted(groups.items()):
+        members.sort(key=lambda m: (m.sample.pid != root_pid, m.sample.pid))
+        jobs.append(Job(root=watched[root_pid], members=tuple(members)))
+    return jobs
+
+
+def _under(pid: int, roots: set[int], watched: Mapping[int, ProcessRates]) -> bool:
+    """Whether ``pid`` is one of ``roots`` or descends from one through watched processes."""
+    seen: set[int] = set()
+    up: int | None = pid
+    while up is not None and up in watched and up not in seen:
+        if up in roots:
+            return True
+        seen.add(up)
+        up = watched[up].sample.ppid
+    return False
+
+
+def demand(thread: ThreadRates, seconds: float) -> float:
+    """CPUs this thread wanted over the interval: (run + run-queue wait) / wall time."""
+    if thread.cpu_ns_delta is None:
+        return 0.0
+    return (thread.cpu_ns_delta + (thread.wait_ns_delta or 0)) / (seconds * 1e9)
+
+
+def busy_threads(job: Job, seconds: float, t: Thresholds) -> list[tuple[ProcessRates, ThreadRates]]:
+    return [(p, th) for p, th in job.threads() if demand(th, seconds) >= t.busy_demand]
+
+
+def wait_ratio(threads: Iterable[ThreadRates]) -> float | None:
+    run = wait = 0
+    for th in threads:
+        if th.cpu_ns_delta is not None and th.wait_ns_delta is not None:
+            run += th.cpu_ns_delta
+            wait += th.wait_ns_delta
+    return wait / (run + wait) if run + wait > 0 else None
+
+
+def severity_of(value: float, warn: float, bad: float) -> Severity | None:
+    if value >= bad:
+        return Severity.BAD
+    if value >= warn:
+        return Severity.WARN
+    return None
+
+
+def tids_of(threads: Iterable[tuple[ProcessRates, ThreadRates]], most: int = 16) -> tuple[int, ...]:
+    return tuple(sorted(th.sample.tid for _, th in threads))[:most]
+
+
+def rounded(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# -- context ---------------------------------------------------------------------------
+
+
+ExpectedMasks = Mapping[tuple[int, int], CpuSet]
+
+
+@dataclass(frozen=True)
+class Context:
+    topology: Topology
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
+    # (PID, start ticks) -> the mask affmon set: a process that reused a pinned PID is not it
+    expected_masks: ExpectedMasks = field(default_factory=dict)
+
+
+def job_gpus(job: Job, snapshot: Snapshot) -> list[GpuRates]:
+    indices = {i for m in job.members for i in m.sample.gpu_indices}
+    return [g for g in snapshot.gpus if g.sample.index in indices]
+
+
+def merge_same_code(findings: list[Finding]) -> list[Finding]:
+    """One finding per (code, pid): the worst, with the other messages' evidence kept."""
+    if len(findings) <= 1:
+        return findings
+    worst = max(findings, key=lambda f: f.severity)
+    rest = [f for f in findings if f is not worst]
+    return [
+        replace(
+            worst,
+            message="; ".join([worst.message, *(f.message for f in rest)]),
+            evidence={**worst.evidence, "also": [dict(f.evidence) for f in rest]},
+        )
+    ]
