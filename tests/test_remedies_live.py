@@ -43,7 +43,7 @@ def by_code(findings: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 # -- too many threads ------------------------------------------------------------------
 
 
-def test_sixteen_parallel_threads_on_every_cpu_are_oversubscribed_and_no_pin_is_made() -> None:
+def test_eight_parallel_threads_a_cpu_on_every_cpu_are_oversubscribed_and_no_pin_is_made() -> None:
     got = scenario("oversubscribed")
     cpus = got["cpus"]
     findings = by_code(got["diagnose"]["findings"])
@@ -147,7 +147,7 @@ def test_a_loop_loading_its_own_data_is_input_bound_and_told_to_use_workers() ->
     assert verdict(b) == "input_bound", b
     (found,) = findings
     assert found.code == "INPUT_BOUND" and found.evidence["advice"]["action"] == "use_workers"
-    assert "loads its own data" in found.message
+    assert "the loop loads its own data on the main thread" in found.message
     workers = found.evidence["advice"]["workers"]
     assert found.remedy == f"load the data in DataLoader workers: DataLoader(num_workers={workers})"
     assert 1 <= workers <= max(1, len(os.sched_getaffinity(0)) - 2)  # the loop and its feeder keep a CPU each

@@ -67,6 +67,8 @@ MAX_POLL_FDS = 64  # fds of one poll read from memory; a DataLoader's waits have
 MAX_SELECT_FDS = 1024  # FD_SETSIZE
 MAX_FEEDERS = 4
 MAX_WAITS = 64  # worker threads whose sleeping place is read for a stalled pipeline
+# multiprocessing's helper processes, by the module their command line runs
+MP_HELPERS = (b"multiprocessing.resource_tracker", b"multiprocessing.forkserver", b"multiprocessing.semaphore_tracker")
 FEEDER_RETRY_S = 0.5  # while the loop waits in a futex and no feeder is known, look for one this often
 DEFAULT_RATE_HZ = 20.0
 
@@ -261,12 +263,19 @@ class LoopSampler:
     # -- the rank's workers and feeder threads -----------------------------------------
 
     def _children(self) -> tuple[int, ...]:
+        """The rank's worker processes: its children, less multiprocessing's own helpers (the
+        resource tracker that ``spawn`` and ``forkserver`` start beside the workers, the fork
+        server), which never carry a batch."""
         found: set[int] = set()
         for tid in self.fs.tids(self.pid):
             data = self.fs.read_task(self.pid, tid, "children")
             if data:
                 found.update(int(w) for w in data.split() if w.isdigit())
-        return tuple(sorted(found))
+        return tuple(sorted(pid for pid in found if not self._helper(pid)))
+
+    def _helper(self, pid: int) -> bool:
+        data = read_file(self.root, f"/proc/{pid}/cmdline")
+        return data is not None and any(name in data[:4096] for name in MP_HELPERS)
 
     def _refresh(self) -> None:
         self._refreshed_at = self.clock()

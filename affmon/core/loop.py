@@ -44,6 +44,7 @@ FD_OTHER = "other"
 SYSCALL_NAMES: Mapping[str, Mapping[int, str]] = {
     "x86_64": {
         0: "read",
+        2: "open",
         7: "poll",
         16: "ioctl",
         17: "pread64",
@@ -56,6 +57,8 @@ SYSCALL_NAMES: Mapping[str, Mapping[int, str]] = {
         202: "futex",
         230: "clock_nanosleep",
         232: "epoll_wait",
+        257: "openat",
+        288: "accept4",
         270: "pselect6",
         271: "ppoll",
         281: "epoll_pwait",
@@ -65,6 +68,7 @@ SYSCALL_NAMES: Mapping[str, Mapping[int, str]] = {
     "aarch64": {
         22: "epoll_pwait",
         29: "ioctl",
+        56: "openat",
         63: "read",
         65: "readv",
         67: "pread64",
@@ -76,6 +80,7 @@ SYSCALL_NAMES: Mapping[str, Mapping[int, str]] = {
         124: "sched_yield",
         207: "recvfrom",
         212: "recvmsg",
+        242: "accept4",
         243: "recvmmsg",
         441: "epoll_pwait2",
     },

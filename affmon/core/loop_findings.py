@@ -136,16 +136,20 @@ def input_advice(
     """What to do about a loop waiting for data, from what its workers did: ``action`` is one
     of ``add_workers``, ``more_cpus``, ``move_neighbours``, ``use_workers`` or
     ``check_pipeline``, with ``why`` in words and the numbers it rests on. ``loading``: the
-    share of the interval the loop spent loading data itself (its frames), None unknown."""
+    share of the interval the loop spent loading data itself (its frames), None unknown;
+    ``data_wait`` is the whole input share (waiting for data plus that loading)."""
+    domain = workers.domain_cpus if workers is not None else 0
+    if loading and (workers is None or workers.count == 0 or loading >= data_wait - loading):
+        # The loop's own loading is most of its input time: whatever workers it has (none,
+        # or ones that deliver little), the cure is to move that work into workers.
+        count = max(suggested_workers(data_wait, domain), (workers.count + 1) if workers else 0)
+        why = (
+            f"the loop loads its own data on the main thread ({loading:.0%} of its time in a data loader's "
+            f"frames{', no worker processes' if workers is None or workers.count == 0 else ''}): use "
+            f"DataLoader(num_workers={count})"
+        )
+        return {"action": "use_workers", "why": why, "suggested_workers": count, "domain_cpus": domain}
     if workers is None or workers.count == 0:
-        domain = workers.domain_cpus if workers is not None else 0
-        if loading:
-            count = suggested_workers(data_wait, domain)
-            why = (
-                f"the loop loads its own data on the main thread ({loading:.0%} of its time in a data loader's "
-                f"frames, no worker processes): use DataLoader(num_workers={count})"
-            )
-            return {"action": "use_workers", "why": why, "suggested_workers": count, "domain_cpus": domain}
         return {"action": "use_workers", "why": "no worker processes were seen: load data in DataLoader workers"}
     used = workers.cpus_used(seconds)
     per_worker = used / workers.count
@@ -212,17 +216,17 @@ def rule_input_bound(
         "action": advice["action"],
         **({"workers": advice["suggested_workers"]} if "suggested_workers" in advice else {}),
     }
-    if b.loading and b.loading >= b.shares[DATA_WAIT]:
-        doing = f"the training loop loads data itself {b.loading:.0%} of the time"
+    if advice["why"].startswith("the loop loads its own data"):
+        said = f"{gpu}: {advice['why']}"
     else:
-        doing = f"the training loop waits for data {b.shares[DATA_WAIT]:.0%} of the time"
+        said = f"{gpu} while the training loop waits for data {b.shares[DATA_WAIT]:.0%} of the time; {advice['why']}"
     return [
         Finding(
             "INPUT_BOUND",
             _severity(b, t),
             b.pid,
             (b.tid,),
-            f"{gpu} while {doing}; {advice['why']}",
+            said,
             {
                 **_evidence(b),
                 "workers": {k: v for k, v in advice.items() if k not in ("action", "why")},

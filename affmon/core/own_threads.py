@@ -64,10 +64,16 @@ def job_cpus(job: Job, topology: Topology) -> CpuSet:
     return frozenset(found) & topology.online_cpus
 
 
+# Threads PyTorch names itself (``c10::setThreadName``), by their name's start.
+TORCH_THREADS = (("pt_data_pin", "pin-memory thread"), ("pt_autograd", "autograd thread"))
+
+
 def role(job: Job, process: ProcessRates, thread: ThreadRates) -> str:
     if process is not job.root:
         return WORKER
-    return MAIN_LOOP if thread.sample.tid == job.pid else HELPER
+    if thread.sample.tid == job.pid:
+        return MAIN_LOOP
+    return next((named for start, named in TORCH_THREADS if thread.sample.name.startswith(start)), HELPER)
 
 
 # -- too many threads ---------------------------------------------------------------

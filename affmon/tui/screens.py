@@ -258,7 +258,7 @@ class PinScreen(_ActionScreen):
 def no_change_text(proposal: PinProposal, findings: Sequence[Finding], p: Palette) -> Text:
     """Why ``r`` offers no pin, and what the job's findings say to change instead."""
     out = Text()
-    out.append(f"No placement change can help {proposal.pid} {fmt.term_safe(proposal.name)}\n\n", style="bold")
+    out.append(f"No placement change can help {proposal.pid} ({fmt.term_safe(proposal.name)})\n\n", style="bold")
     out.append(fmt.term_safe(str(proposal.no_change)) + ".\n", style=p.muted)
     remedies = [f for f in findings if f.remedy]
     if remedies:

@@ -2,7 +2,8 @@
 
 Starts ``--ranks`` loop processes (``tests/loop_workload.py pin_memory``: a worker process
 producing a batch every 50 ms through a pipe, a pin-memory-like thread, the loop, plus
-``--idle-threads`` threads that only wait, as a framework's pools), then, in rounds that
+``--idle-threads`` threads that only wait, as a framework's pools; ``--mode spin``: a loop
+that never blocks, so every probe also reads its Python frames), then, in rounds that
 alternate the two, for ``--seconds`` each:
 
 * affmon: a ``LoopWatcher`` over one ``LoopSampler`` per rank at ``--rate`` Hz, with a
@@ -46,11 +47,11 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def start_ranks(count: int, idle_threads: int) -> list[tuple[subprocess.Popen[str], int]]:
+def start_ranks(count: int, idle_threads: int, mode: str = "pin_memory") -> list[tuple[subprocess.Popen[str], int]]:
     ranks = []
     for _ in range(count):
         proc = subprocess.Popen(
-            [sys.executable, str(WORKLOAD), "pin_memory", "--idle-threads", str(idle_threads)],
+            [sys.executable, str(WORKLOAD), mode, "--idle-threads", str(idle_threads)],
             stdout=subprocess.PIPE,
             text=True,
             start_new_session=True,
@@ -110,16 +111,24 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0, help="length of each round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--idle-threads", type=int, default=40, help="extra waiting threads in each rank")
+    ap.add_argument(
+        "--mode",
+        choices=["pin_memory", "spin"],
+        default="pin_memory",
+        help="the ranks' loop: fed by a worker through a pin-memory thread, or always running (its Python "
+        "frames are read at every probe)",
+    )
     a = ap.parse_args()
     if a.ranks < 1 or a.rate <= 0 or a.seconds <= 0 or a.rounds < 1 or a.idle_threads < 0:
         ap.error("--ranks and --rounds must be at least 1, --rate and --seconds positive")
-    ranks = start_ranks(a.ranks, a.idle_threads)
+    ranks = start_ranks(a.ranks, a.idle_threads, a.mode)
     pids = [pid for _, pid in ranks]
     aff, aff_rate, ps, ps_rate = [], [], [], []
     try:
         time.sleep(1.0)
         print(
-            f"{a.ranks} ranks (loop + pin thread + worker + {a.idle_threads} idle threads each), {a.rate:g} Hz, "
+            f"{a.ranks} ranks ({'loop + pin thread + worker' if a.mode == 'pin_memory' else 'a spinning loop'} + "
+            f"{a.idle_threads} idle threads each), {a.rate:g} Hz, "
             f"{a.rounds} rounds of {a.seconds:g} s alternating affmon and ps; load {os.getloadavg()[0]:.1f} "
             f"on {os.cpu_count()} CPUs"
         )

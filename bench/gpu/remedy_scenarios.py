@@ -20,9 +20,11 @@ does, is run and the job measured as it left it); the hand fix.
 * ``confined``: the main loop thread and the pin-memory thread held to CPU 0, the workers
   wide. Hand fix: both threads back to the job's CPUs. Expected: CONFINED_THREAD naming
   them; affmon's pin gives them the job's CPUs back (>= 0.9x the hand fix).
-* ``stalled``: forked workers with 8 intra-op threads each after the main process ran its
-  OpenMP pool: they deadlock in it. Hand fix: one thread per worker. Expected: STALLED
-  with where the workers sleep; no pin. (If the workers do not deadlock, the row says so.)
+* ``stalled``: the workers' storage hangs: each worker's next item opens a FIFO no one
+  writes, and blocks there. Hand fix: the storage answers (a writer opens the FIFO, which is
+  then removed). Expected: STALLED with where the workers sleep; no pin. (Forked workers
+  with large OpenMP pools, which deadlocked once in torch 2.11 on an H200, did not deadlock
+  in three tries there: they ran oversubscribed instead, and were named OVERSUBSCRIBED.)
 
 Prints a table (samples/s clean / planted / affmon's fix / hand fix per round, what affmon
 named) and writes it with every diagnosis and pin to ``--out``.
@@ -54,13 +56,13 @@ PLANTED: dict[str, dict[str, Any]] = {
     "threads": {**CLEAN, "worker_threads": 16},
     "own_data": {**CLEAN, "workers": 0},
     "confined": CLEAN,
-    "stalled": {**CLEAN, "worker_threads": 8, "context": "fork", "timeout": 8},
+    "stalled": CLEAN,
 }
 HAND: dict[str, dict[str, Any]] = {
     "threads": CLEAN,
     "own_data": CLEAN,
     "confined": CLEAN,
-    "stalled": {**CLEAN, "context": "fork", "timeout": 8},
+    "stalled": CLEAN,
 }
 EXPECTED = {"threads": "OVERSUBSCRIBED", "own_data": "INPUT_BOUND", "confined": "CONFINED_THREAD", "stalled": "STALLED"}
 PLACEMENT_FIX = {"confined"}  # where affmon's own pin is the cure
@@ -210,8 +212,14 @@ def one_key_fix(job: Job, out: Path, tag: str) -> dict[str, Any]:
     return found
 
 
+def storage(job: Job) -> Path:
+    return job.control.with_suffix(".storage")
+
+
 def plant(scenario: str, job: Job, cpus: set[int], state: dict[str, Any]) -> None:
     job.set(PLANTED[scenario])
+    if scenario == "stalled":
+        os.mkfifo(storage(job))
     if scenario == "confined":
         tids = [job.pid] + ([state["feeder"]] if state.get("feeder") else [])
         for tid in tids:
@@ -221,6 +229,14 @@ def plant(scenario: str, job: Job, cpus: set[int], state: dict[str, Any]) -> Non
 
 def hand_fix(scenario: str, job: Job, cpus: set[int], state: dict[str, Any]) -> None:
     job.set(HAND[scenario])
+    if scenario == "stalled":  # the storage answers: a writer comes, and the FIFO goes
+        try:
+            fd = os.open(storage(job), os.O_WRONLY | os.O_NONBLOCK)  # the blocked readers count
+        except OSError:  # ENXIO: no worker was waiting in it
+            fd = None
+        os.unlink(storage(job))
+        if fd is not None:
+            os.close(fd)
     if scenario == "confined":
         for tid in [job.pid] + ([state["feeder"]] if state.get("feeder") else []):
             with contextlib.suppress(ProcessLookupError):
@@ -246,7 +262,7 @@ def run(scenario: str, out: Path, rounds: int, window: float, settle: float, dev
             else:
                 time.sleep(settle)
             if scenario == "stalled":
-                time.sleep(2)  # the workers' first batch: where they deadlock
+                time.sleep(4)  # the batches already made are used up: the loop waits
             findings, err = diagnose(job, out, f"{scenario}_{r}", text=r == 0)
             if err:
                 row.notes.append(f"round {r}: diagnose failed: {err[:200]}")

@@ -13,6 +13,8 @@ DataLoader (new workers) or sets the main process's threads:
 * ``worker_threads``: ``torch.set_num_threads`` in each worker (its ``worker_init_fn``);
 * ``main_threads``: ``torch.set_num_threads`` in the main process, which also normalises
   each batch on the CPU (its pool runs that);
+* a FIFO at the control file's path with ``.storage`` for its suffix: while it exists, a
+  worker's next item opens it and blocks until a writer comes (a hung file system);
 * ``context``: the workers' start method, ``spawn`` (the default here: workers are the
   rank's children, as with ``fork``; ``forkserver`` would make them its grandchildren) or
   ``fork``. Forked after the main process ran its OpenMP pool, workers with more than one
@@ -43,14 +45,19 @@ DEFAULT = {"workers": 6, "worker_threads": 1, "main_threads": 16, "context": "sp
 class Augmented(Dataset[tuple[torch.Tensor, int]]):
     """Images made and augmented with torch on the CPU: the work a worker's pool runs."""
 
-    def __init__(self, size: int, work: int) -> None:
-        self.size, self.work = size, work
+    def __init__(self, size: int, work: int, storage: str | None = None) -> None:
+        self.size, self.work, self.storage = size, work, storage
         self.kernel = torch.randn(8, 3, 3, 3) / 9
 
     def __len__(self) -> int:
         return self.size
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        if self.storage and os.path.exists(self.storage):
+            # The "storage" hangs: a FIFO with no writer blocks every reader in open(), as a
+            # file system that stops answering does; it answers (EOF) once a writer comes.
+            with open(self.storage, "rb") as f:
+                f.read()
         g = torch.Generator().manual_seed(i)
         x = torch.rand(3, 160, 160, generator=g)
         for _ in range(self.work):
@@ -89,7 +96,7 @@ def read_control(path: Path) -> dict[str, Any]:
         return dict(DEFAULT)
 
 
-def loader(control: dict[str, Any], batch: int, work: int, device: str) -> DataLoader[Any]:
+def loader(control: dict[str, Any], batch: int, work: int, device: str, storage: str) -> DataLoader[Any]:
     workers = int(control["workers"])
     extra: dict[str, Any] = {}
     if workers:
@@ -101,7 +108,7 @@ def loader(control: dict[str, Any], batch: int, work: int, device: str) -> DataL
             "prefetch_factor": 2,
         }
     return DataLoader(
-        Augmented(10**7, work),
+        Augmented(10**7, work, storage),
         batch_size=batch,
         num_workers=workers,
         pin_memory=device == "cuda",
@@ -124,7 +131,7 @@ def main() -> None:
     mean = torch.tensor([0.5, 0.5, 0.5]).view(1, 3, 1, 1)
     control = read_control(a.control)
     torch.set_num_threads(int(control["main_threads"]))
-    dl = loader(control, a.batch, a.work, device)
+    dl = loader(control, a.batch, a.work, device, str(a.control.with_suffix(".storage")))
     it = iter(dl)
     print(f"LOADER {json.dumps(control)}", flush=True)
     start = last_check = window_start = time.perf_counter()
@@ -142,7 +149,7 @@ def main() -> None:
                     k: control[k] for k in ("workers", "worker_threads", "context", "timeout")
                 }:
                     del it
-                    dl = loader(wanted, a.batch, a.work, device)
+                    dl = loader(wanted, a.batch, a.work, device, str(a.control.with_suffix(".storage")))
                     it = iter(dl)
                 control = wanted
                 print(f"LOADER {json.dumps(control)}", flush=True)
@@ -156,7 +163,7 @@ def main() -> None:
             del it
             control = wanted
             torch.set_num_threads(int(control["main_threads"]))
-            dl = loader(control, a.batch, a.work, device)
+            dl = loader(control, a.batch, a.work, device, str(a.control.with_suffix(".storage")))
             it = iter(dl)
             print(f"LOADER {json.dumps(control)}", flush=True)
             continue
