@@ -268,3 +268,49 @@ def test_a_dry_run_says_what_the_real_pin_would_say_of_an_earlier_pin(state):
         assert f"PID {w['pid']} was already pinned by affmon to CPUs {usable_cpus()[0]}" in dry.stdout
         assert journal.read_bytes() == before  # read, never written
         assert affmon("undo", str(w["pid"])).returncode == 0
+
+
+def wide_gpu_tree(root: Path, cpus: list[int]) -> None:
+    """One NUMA node holding every usable CPU, and a GPU local to all of them."""
+    cpu = root / "sys/devices/system/cpu"
+    for n in cpus:
+        (cpu / f"cpu{n}").mkdir(parents=True)
+    (cpu / "online").write_text(",".join(map(str, cpus)) + "\n")
+    node = root / "sys/devices/system/node/node0"
+    node.mkdir(parents=True)
+    (node / "cpulist").write_text(",".join(map(str, cpus)) + "\n")
+    gpu = root / "sys/bus/pci/devices/0000:3b:00.0"
+    gpu.mkdir(parents=True)
+    values = {"class": "0x030200", "vendor": "0x10de", "numa_node": "0", "local_cpulist": ",".join(map(str, cpus))}
+    for name, value in values.items():
+        (gpu / name).write_text(value + "\n")
+
+
+BUDGET_PROBE = "import os; print(os.environ.get('OMP_NUM_THREADS'), os.environ.get('MKL_NUM_THREADS'))"
+
+
+def test_exec_gives_the_command_the_rank_thread_budget(tmp_path, monkeypatch):
+    """The rank's CPUs less one per DataLoader worker for its intra-op pools; a value the
+    person set stays theirs; none where the plan could not be applied."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    cpus = usable_cpus()
+    wide_gpu_tree(tmp_path, cpus)
+    run = ("exec", "--root", str(tmp_path), "--gpu", "0")
+    out = affmon(*run, "--", sys.executable, "-c", BUDGET_PROBE)
+    assert out.returncode == 0 and out.stdout.split() == [str(len(cpus))] * 2, out
+    out = affmon(*run, "--workers", "1", "--", sys.executable, "-c", BUDGET_PROBE)
+    assert out.stdout.split() == [str(max(1, len(cpus) - 1))] * 2, out
+    out = affmon(*run, "--", sys.executable, "-c", BUDGET_PROBE, env={"OMP_NUM_THREADS": "7"})
+    assert out.stdout.split() == ["7", str(len(cpus))], out
+    out = affmon(*run, "--no-thread-budget", "--", sys.executable, "-c", BUDGET_PROBE)
+    assert out.stdout.split() == ["None", "None"], out
+    out = affmon(*run, "--dry-run", "--workers", "1", "--", "python", "train.py")
+    assert f"set OMP_NUM_THREADS={max(1, len(cpus) - 1)} MKL_NUM_THREADS={max(1, len(cpus) - 1)}" in out.stdout
+    # A plan of CPUs this machine lacks: the pin fails, the command runs unpinned and unbudgeted.
+    absent = max(cpus) + 1
+    other = tmp_path / "other"
+    wide_gpu_tree(other, [absent])
+    out = affmon("exec", "--root", str(other), "--gpu", "0", "--", sys.executable, "-c", BUDGET_PROBE)
+    assert out.returncode == 0 and out.stdout.split() == ["None", "None"], out
+    assert "cannot pin to CPUs" in out.stderr

@@ -20,19 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from affmon.collect.pyframes import (
-    DATA_LOADING_FILES,
-    EXITED,
-    NO_MEMORY,
-    PERMISSION,
-    Frame,
-    PythonStacks,
-    debug_layout,
-    elf_image,
-    in_frames,
-    interpreter_mapping,
-    unicode_data,
-)
+from affmon.collect.cpython_layout import NO_MEMORY, debug_layout, elf_image, interpreter_mapping, unicode_data
+from affmon.collect.pyframes import DATA_LOADING_FILES, EXITED, PERMISSION, Frame, PythonStacks, in_frames
 
 TIMEOUT_S = 10.0
 NOBODY = 65534
