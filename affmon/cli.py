@@ -156,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="then move the process's pages to the NUMA node of those CPUs (migrate_pages(2); journaled)",
     )
     pin.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
+    pin.add_argument(
+        "--force", action="store_true", help="a job another affmon is tuning: end that tune first (default: refuse)"
+    )
     pin.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling for --suggest")
     pin.add_argument("--json", action="store_true", help="print JSON")
 

@@ -30,11 +30,14 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from affmon.actions.journal import Journal, JournalError, ProcessKey
+from affmon.actions.lease import Lease, stale_note
 from affmon.actions.pin import PinResult, pin
 from affmon.actions.threads import AffinityOps
 from affmon.actions.undo import undo
@@ -107,6 +110,26 @@ class _Aborted(Exception):
     """abort() was called: restore and stop."""
 
 
+# Tuners between prepare and their end, so that a signal that ends the whole program
+# (SIGHUP when the terminal goes, SIGTERM, SIGQUIT) can stop each and wait for its restore.
+_RUNNING: weakref.WeakSet[Tuner] = weakref.WeakSet()
+
+
+def abort_running(timeout_s: float = 30.0) -> int:
+    """Abort every tuner of this process and wait until each has put its trial back and
+    given its lease up (at most ``timeout_s`` in all); the number still running after."""
+    tuners = list(_RUNNING)
+    for tuner in tuners:
+        tuner.abort()
+    end = time.monotonic() + timeout_s
+    for tuner in tuners:
+        if tuner.started:
+            tuner.done.wait(max(0.0, end - time.monotonic()))
+        else:
+            tuner.release()  # prepared, never run: nothing to put back
+    return sum(1 for t in tuners if t.started and not t.done.is_set())
+
+
 class Tuner:
     def __init__(
         self,
@@ -156,6 +179,11 @@ class Tuner:
         self._applied = False  # a trial's pin is in force (abort must undo it)
         self._last: Sample | None = None
         self._pinned: PinResult | None = None  # the last pin of the job tune made
+        self._entry_id: str | None = None  # the journal entry of the trial in force
+        self.started = False  # step() has run: a trial may be in force until ``done``
+        self.done = threading.Event()  # the run has ended and everything is put back
+        self._lease: Lease | None = None  # held from prepare to the end: no other affmon acts on the job
+        self.notes: list[str] = []  # what the front end should say once (a stale lease found)
 
     # -- the API a front end drives ---------------------------------------------------
 
@@ -185,6 +213,7 @@ class Tuner:
             return False
         if self._steps is None:
             self.prepare()
+            self.started = True
             self._steps = self._run()
         try:
             next(self._steps)
@@ -210,6 +239,28 @@ class Tuner:
         job = job_of(snapshot, self.pid)
         if job is None or job.root.sample.start_ticks != self.start_ticks:
             raise SourceError(f"PID {self.pid} exited while affmon sampled it")
+        if self._lease is None:
+            lease = Lease((self.pid, self.start_ticks), job.root.sample.uid)
+            lease.acquire()  # LeaseHeld: another affmon tunes this job; nothing was changed
+            self._lease = lease
+            _RUNNING.add(self)
+            note = stale_note(self.pid, lease.stale)
+            if note is not None:
+                self.notes.append(note)
+        try:
+            self._list_rows(job, snapshot, window)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Give the job's lease back (at the end of the run, or when it never started)."""
+        _RUNNING.discard(self)
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+
+    def _list_rows(self, job: Job, snapshot: Snapshot, window: Sequence[Snapshot]) -> None:
         self.gpu_indices = frozenset(i for m in job.members for i in m.sample.gpu_indices)
         utils = [g.sample.util_percent for g in snapshot.gpus if g.sample.index in self.gpu_indices]
         self.score_kind = "gpu" if any(u is not None for u in utils) else "cpu"
@@ -350,6 +401,7 @@ class Tuner:
     def _apply_locked(self, placement: Placement, isolate: tuple[tuple[int, int], ...]) -> str | None:
         result = self._pin(placement.cpus, isolate)
         self._pinned = result
+        self._entry_id = result.journal_id
         if not result.ok:
             if result.changed and not result.rolled_back:
                 self._applied = True
@@ -404,14 +456,33 @@ class Tuner:
         return None if failed is None else f"the split failed: {failed.error}"
 
     def _restore(self, check: bool = False) -> bool:
-        """Undo the trial's pin (the newest journal entry of the job); True when nothing
-        is left to put back. With ``check``, a failure stops the run."""
+        """Undo the trial's pin (its own journal entry, never a pin made meanwhile by someone
+        else) and check that every thread it recorded got back the mask it had before;
+        True when nothing is left to put back. With ``check``, a failure stops the run."""
         if not self._applied:
             return True
-        result = undo(self.journal, self.pid, ops=self.ops, root=self.root)
+        if self._entry_id is None:  # a dry run's pin: nothing was journaled, nothing to undo
+            self._applied = False
+            return True
+        recorded = {r.tid: r for r in self.journal.get(self._entry_id).threads}
+        result = undo(self.journal, self.pid, ops=self.ops, root=self.root, entry_id=self._entry_id)
         self._applied = not result.ok
         if check and not result.ok:
             raise AffmonError(f"could not restore after a trial: {result.error}")
+        moved = [
+            t
+            for t in result.threads
+            if t.status == "restored"
+            and t.tid in recorded
+            and t.after is not None
+            and t.after != recorded[t.tid].old_cpus
+        ]
+        if check and moved:
+            t = moved[0]
+            raise AffmonError(
+                f"after the trial, thread {t.tid} of PID {t.pid} has CPUs {fmt_cpus(t.after or frozenset())}, not the "
+                f"{fmt_cpus(recorded[t.tid].old_cpus)} it had before: something else changed its mask meanwhile"
+            )
         return result.ok
 
     def _keep(self, choice: Choice) -> PinResult | None:
@@ -460,6 +531,7 @@ class Tuner:
     def _finish(
         self, chosen: int | None, why: str, pinned: PinResult | None, error: str | None, *, aborted: bool = False
     ) -> None:
+        self.release()
         self._result = TuneResult(
             pid=self.pid,
             score_kind=self.score_kind,
@@ -471,3 +543,4 @@ class Tuner:
             aborted=aborted,
             error=error,
         )
+        self.done.set()

@@ -57,7 +57,14 @@ def still_there(proc: ProcFs, record: ThreadRecord) -> bool:
     return stat is not None and (record.start_ticks is None or stat.start_ticks == record.start_ticks)
 
 
-def undo(journal: Journal, pid: int | None = None, *, ops: AffinityOps | None = None, root: str = "/") -> UndoResult:
+def undo(
+    journal: Journal,
+    pid: int | None = None,
+    *,
+    ops: AffinityOps | None = None,
+    root: str = "/",
+    entry_id: str | None = None,
+) -> UndoResult:
     """Put back the masks of the newest entry not yet undone for ``pid`` (the PID the pin
     was asked for), or of every such entry, newest first, when ``pid`` is None.
 
@@ -70,6 +77,9 @@ def undo(journal: Journal, pid: int | None = None, *, ops: AffinityOps | None = 
     task with any other mask set it itself (or a library did) and is left alone. An entry
     is marked undone only when nothing failed, so a failed undo can be run again.
 
+    With ``entry_id``, that entry alone (if it is still in force): a tune puts back its own
+    trial, never a pin made meanwhile by someone else.
+
     Raises ``JournalError`` (nothing changed) when the journal cannot be locked, read or
     written before the first change."""
     ops = ops or OsAffinity()
@@ -78,6 +88,10 @@ def undo(journal: Journal, pid: int | None = None, *, ops: AffinityOps | None = 
     try:
         with journal.locked():
             entries = journal.entries() if dry_run else journal.prepare(lambda r: still_there(proc, r))
+            if entry_id is not None:
+                entries = [e for e in entries if e.id == entry_id]
+                if not entries:
+                    return UndoResult(False, (), (), f"no journal entry {entry_id}: nothing to put back")
             return _undo_locked(journal, entries, pid, proc, ops, dry_run)
     except JournalError as exc:
         raise JournalError(f"{exc}; nothing was changed") from None

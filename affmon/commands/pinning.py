@@ -14,6 +14,7 @@ from typing import Any
 
 from affmon.actions.describe import result_text, undo_text
 from affmon.actions.journal import Journal, default_journal_path
+from affmon.actions.lease import end_tune, forget_stale, stale_note, tuning
 from affmon.actions.migrate import MigrationResult, spans_nodes_message, target_node
 from affmon.actions.pin import DryRunAffinity, MoveMemory, PinResult, pin
 from affmon.actions.undo import undo
@@ -125,6 +126,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
     if target.note:
         sys.stderr.write(f"affmon: {target.note}\n")
     pid = target.pid
+    _lease_first(pid, force=args.force, dry_run=args.dry_run)
     suggestion = None
     isolate = args.isolate or args.isolate_all
     isolate_candidates: tuple[tuple[int, int], ...] = ()
@@ -222,6 +224,22 @@ def _no_change(args: argparse.Namespace, pid: int, suggestion: Suggestion, why: 
     return 0
 
 
+def _lease_first(pid: int, *, force: bool, dry_run: bool) -> None:
+    """A job that another affmon is tuning is its: refuse in one line, or with ``--force``
+    end that tune first (it puts its trial back). A tune that was killed is named."""
+    tuned, holder, stale = tuning(pid)
+    note = stale_note(tuned, stale)
+    if note is not None:
+        sys.stderr.write(f"affmon: note: {term_safe(note)}\n")
+    if holder is None:
+        return
+    if not force or dry_run:
+        how = "" if force else ", or pass --force to end that tune first (it puts its trial back)"
+        raise AffmonError(f"{holder.sentence(tuned)}: nothing was pinned; wait for it to end{how}")
+    sys.stderr.write(f"affmon: {term_safe(holder.sentence(tuned))}: ending that tune first\n")
+    end_tune(tuned, holder)
+
+
 # -- undo ----------------------------------------------------------------------------
 
 
@@ -241,6 +259,8 @@ def cmd_undo(args: argparse.Namespace) -> int:
             sys.stderr.write(f"affmon: {pid} is a thread (TID) of PID {tgid}: using PID {tgid}\n")
             pid = tgid
     result = undo(Journal(path), pid)
+    if result.ok and pid is not None:
+        forget_stale(pid)  # a killed tune's lease: its masks are back
     if args.json:
         print(
             json.dumps(

@@ -8,11 +8,18 @@ the arguments checked first so a mistake is named even when the output is piped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from affmon.core.errors import AffmonError
+
+if TYPE_CHECKING:
+    from textual.app import App
 
 EXIT_USAGE = 2
 
@@ -38,6 +45,31 @@ def import_asyncio_without_tls() -> None:
         import asyncio  # noqa: F401
     finally:
         del sys.modules["ssl"]
+
+
+# What ends the monitor from outside: kill, a terminal that goes away (an ssh connection that
+# drops, a tmux window closed), Ctrl-\ (Ctrl-C is a key Textual reads).
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+@contextlib.contextmanager
+def _tunes_end_first(app: App[Any]) -> Iterator[None]:
+    """An ending signal first stops any tune the monitor runs (``T``) and waits until it has
+    put its trial back, then ends the monitor: killed with a trial in force, the job would be
+    left on it, the others moved off its CPUs, nothing on screen to say so."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        tune = sys.modules.get("affmon.actions.tune")  # loaded by the first T: no tune ran without it
+        if tune is not None:
+            tune.abort_running()
+        app.exit(return_code=128 + signum)
+
+    previous = {s: signal.signal(s, handler) for s in ENDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
@@ -97,7 +129,8 @@ def cmd_tui(args: argparse.Namespace) -> int:
             early=early,
         )
         first = None  # the app drops it once shown; held here, it would stay for the whole run
-        app.run()
+        with _tunes_end_first(app):
+            app.run()
     finally:
         if early is not None:
             early.close()

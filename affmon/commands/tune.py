@@ -1,7 +1,8 @@
 """``affmon tune PID``: try the planner's candidate placements on the running job, score
 each by its GPUs' utilisation (or, CPU-only, by the CPU time its threads get), and keep the
 best, journaled like any pin (``affmon undo PID`` restores the masks from before tune).
-Ctrl-C (SIGINT) or SIGTERM stops at once and puts everything back. The loop itself is
+Ctrl-C (SIGINT), SIGTERM, SIGHUP (the terminal goes away) or SIGQUIT stops at once and
+puts everything back. The loop itself is
 ``affmon.actions.tune``; this module samples, prints and handles the signals."""
 
 from __future__ import annotations
@@ -115,14 +116,19 @@ def result_json(result: TuneResult) -> dict[str, Any]:
     }
 
 
+# What ends a tune from outside: Ctrl-C, kill, a terminal that goes away (an ssh connection
+# that drops, a tmux window closed), Ctrl-\. Each stops the tuner, which puts its trial back.
+ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
 @contextmanager
 def _abort_on_signals(tuner: Tuner) -> Iterator[None]:
-    """SIGINT and SIGTERM make the tuner stop and restore, instead of killing it mid-pin."""
+    """The ending signals make the tuner stop and restore, instead of killing it mid-pin."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         tuner.abort()
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, handler) for s in ENDING_SIGNALS}
     try:
         yield
     finally:
@@ -169,11 +175,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     sys.stderr.write("affmon: tune interrupted before it changed anything\n")
                     return EXIT_INTERRUPTED
                 raise
+            for note in tuner.notes:
+                sys.stderr.write(f"affmon: note: {term_safe(note)}\n")
             if args.dry_run:
+                tuner.release()
                 return _dry_run(args, rows, tuner.score_kind, target.pid)
             if not args.json:
                 print(f"tune {target.pid}: {_score_sentence(tuner.score_kind)}", flush=True)
-            result = tuner.run()
+            try:
+                result = tuner.run()
+            finally:
+                tuner.release()
     if args.json:
         print(json.dumps(result_json(result), indent=2))
     else:

@@ -28,4 +28,5 @@ class LiveTuner(Tuner):
         self.sources = sources
 
     def close(self) -> None:
+        self.release()
         self.sources.close()

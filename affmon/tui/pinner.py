@@ -120,8 +120,13 @@ class SystemPinner:
     def apply(
         self, proposal: PinProposal, *, isolate: bool, with_children: bool, move_memory: bool = False
     ) -> PinResult:
-        from affmon.actions.pin import MoveMemory, pin
+        from affmon.actions.lease import tuning
+        from affmon.actions.pin import MoveMemory, PinResult, pin
 
+        tuned, holder, _ = tuning(proposal.pid)
+        if holder is not None:  # another affmon tunes this job: it is that tune's until it ends
+            error = f"{holder.sentence(tuned)}: nothing was pinned; wait for it to end"
+            return PinResult(False, proposal.suggestion.cpus, (), error, False, None)
         request = None
         if move_memory:
             from affmon.sources.live import load_topology  # reads sysfs: only when asked
