@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from affmon.actions.journal import Journal
-from affmon.actions.tune import Row, Tuner
+from affmon.actions.tune import Row, Tuner, described
 from affmon.collect.identity import resolve_pid
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Sampler, Selection
@@ -22,7 +23,7 @@ from affmon.core.findings import Job
 from affmon.core.placements import Placement
 from affmon.core.rates import Snapshot
 from affmon.core.topology import CacheGroup, Core, NumaNode, Package, Topology
-from affmon.core.tuning import best_two_close, choose, placement_problem
+from affmon.core.tuning import choose, placement_problem, spread_of_rows
 from affmon.nvml import NvmlGateway
 from tests.fake_pynvml import FakeGpu, FakeNvml
 from tests.live import usable_cpus, workload
@@ -61,8 +62,9 @@ def two_cpus() -> tuple[int, int]:
     return cpus[0], cpus[1]
 
 
-def gpu_tuner(tmp_path, pid: int, utils: dict[CpuSet, int], start_utils: list[int], found: list[Placement]):
-    """A tuner on ``pid`` whose fake GPU reads ``utils[mask of the job's main thread]``, and
+def gpu_tuner(tmp_path, pid: int, utils: dict[CpuSet, Any], start_utils: list[int], found: list[Placement]):
+    """A tuner on ``pid`` whose fake GPU reads ``utils[mask of the job's main thread]`` (a
+    number, or an iterator: one value each time the mask is set), and
     ``start_utils`` (one per measure) while the starting placement is measured."""
     gpu = FakeGpu(pids=[(pid, 1 << 30)])
     gateway = NvmlGateway(module=FakeNvml([gpu]))
@@ -71,7 +73,8 @@ def gpu_tuner(tmp_path, pid: int, utils: dict[CpuSet, int], start_utils: list[in
 
     def on_set(tid: int, cpus: CpuSet) -> None:
         if tid == pid and cpus in utils:
-            gpu.util = utils[cpus]
+            value = utils[cpus]
+            gpu.util = value if isinstance(value, int) else next(value)
 
     def on_change(row: Row) -> None:
         if row.number == 0 and row.status == "running":
@@ -95,7 +98,7 @@ def gpu_tuner(tmp_path, pid: int, utils: dict[CpuSet, int], start_utils: list[in
     return tuner, ops
 
 
-def test_gpu_score_keeps_the_highest_utilisation_and_repeats_the_best_two_within_the_spread(tmp_path):
+def test_gpu_score_keeps_the_highest_utilisation_beyond_the_spread(tmp_path):
     a, b = two_cpus()
     with workload("--cpus", str(a), "--sleepers", "1") as info:
         pid = info["pid"]
@@ -105,10 +108,10 @@ def test_gpu_score_keeps_the_highest_utilisation_and_repeats_the_best_two_within
         tuner, ops = gpu_tuner(tmp_path, pid, utils, [50, 54, 50], found)
         result = tuner.run()
     assert result.score_kind == "gpu"
-    assert result.spread == 4.0  # 50 then 54 for the starting placement
+    assert result.spread == 4.0  # 50, 54, 50 for the starting placement: its windows differ by 4 at most
     rows = {r.cpus: r for r in result.rows}
     assert rows[only_b].score == 72 and rows[both].score == 70
-    # 72 and 70 are within the spread of 4: both were measured again.
+    # Every candidate is measured twice; 72 beats the start's 51.3 by more than 4.
     assert len(rows[only_b].measures) == 2 and len(rows[both].measures) == 2
     assert result.chosen == rows[only_b].number and result.pinned is not None and result.pinned.ok
     assert ops.masks[pid] == only_b  # kept in force
@@ -116,18 +119,42 @@ def test_gpu_score_keeps_the_highest_utilisation_and_repeats_the_best_two_within
     assert [e.cpus for e in entries] == [only_b]
 
 
-def test_gpu_score_does_not_repeat_candidates_far_apart(tmp_path):
+def test_every_candidate_is_measured_twice_alternated_with_the_start(tmp_path):
     a, b = two_cpus()
     with workload("--cpus", str(a), "--sleepers", "1") as info:
         pid = info["pid"]
         only_b, both = frozenset({b}), frozenset({a, b})
         found = [Placement(both, False, "both"), Placement(only_b, False, "the other CPU")]
-        tuner, ops = gpu_tuner(tmp_path, pid, {only_b: 40, both: 90}, [60, 61], found)
+        order: list[int] = []
+        tuner, ops = gpu_tuner(tmp_path, pid, {only_b: 40, both: 90}, [60, 61, 62], found)
+        tuner.on_change = lambda row, seen=tuner.on_change: (
+            order.append(row.number) if row.status == "running" else None,
+            seen(row) if seen else None,
+        )
         result = tuner.run()
     rows = {r.cpus: r for r in result.rows}
-    assert [len(rows[c].measures) for c in (only_b, both)] == [1, 1]
+    assert [len(rows[c].measures) for c in (only_b, both)] == [2, 2]
+    assert len(result.rows[0].measures) == 3
+    assert order == [0, 1, 2, 0, 2, 1, 0]  # start, candidates, start, candidates reversed, start
+    assert result.spread is not None and result.spread >= 2.0  # the start read 60, 61, 62
     assert result.chosen == rows[both].number
     assert ops.masks[pid] == both
+
+
+def test_a_lead_within_the_spread_of_the_repeats_keeps_the_start(tmp_path):
+    """A candidate whose windows differ by more than its lead over the start: noise, and the
+    start stays (nothing is left pinned)."""
+    a, b = two_cpus()
+    with workload("--cpus", str(a), "--sleepers", "1") as info:
+        pid = info["pid"]
+        both = frozenset({a, b})
+        windows = iter([70, 50])  # the candidate's two windows
+        tuner, ops = gpu_tuner(tmp_path, pid, {both: windows}, [58, 59, 60], [Placement(both, False, "both")])
+        result = tuner.run()
+    assert result.rows[1].score == 60.0 and result.rows[0].score == 59.0
+    assert result.spread is not None and result.spread >= 20.0
+    assert result.chosen == 0 and "beyond the noise" in result.why
+    assert result.pinned is None and ops.masks[pid] == frozenset({a})
 
 
 def test_a_candidate_that_breaks_the_planners_rules_is_never_tried(tmp_path):
@@ -195,5 +222,19 @@ def test_choose_keeps_the_start_unless_a_candidate_beats_it_by_more_than_the_spr
     assert choose([50.0, 53.0, 40.0], 4.0, "%").row == 0
     assert choose([50.0, 55.0, 40.0], 4.0, "%").row == 1
     assert choose([50.0, None, 60.0], 0.0, "%").row == 2
-    assert best_two_close([50.0, 72.0, 70.0], 4.0) == (1, 2)
-    assert best_two_close([50.0, 72.0, 60.0], 4.0) is None
+    assert "beyond the noise" in choose([50.0, 53.0, 40.0], 4.0, "%").why
+
+
+def test_the_spread_is_the_largest_difference_between_two_windows_of_one_placement():
+    assert spread_of_rows([[50.0, 54.0, 51.0], [70.0, 60.0], [40.0]]) == 10.0
+    assert spread_of_rows([[50.0], [70.0]]) is None
+    assert spread_of_rows([[100.0, 100.0]]) == 2.0  # never under 2% of the score: two windows agree by chance
+
+
+def test_row_labels_say_what_the_row_does():
+    """The planner's words are its intent: where nothing is moved (--no-isolate, nothing
+    movable), the row does not say the others were moved off."""
+    planned = "the suggestion: 1 core, CPUs 0, the other busy processes moved off"
+    assert described(planned, ()) == "the suggestion: 1 core, CPUs 0, the others left where they are"
+    assert described(planned, ((5, 1), (6, 1))) == "the suggestion: 1 core, CPUs 0, 2 other busy process(es) moved off"
+    assert described("the suggestion split: main loop on CPUs 0, DataLoader workers on 1", ()).endswith("on 1")

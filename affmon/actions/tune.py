@@ -57,11 +57,10 @@ from affmon.core.tuning import (
     Choice,
     Measure,
     ScoreKind,
-    best_two_close,
     choose,
     mean,
     placement_problem,
-    spread_of,
+    spread_of_rows,
     window_measure,
 )
 
@@ -104,6 +103,19 @@ class TuneResult:
     @property
     def unit(self) -> str:
         return SCORE_UNITS[self.score_kind]
+
+
+MOVED_OFF = ", the other busy processes moved off"
+LEFT = ", the others left where they are"
+
+
+def described(description: str, moved: tuple[tuple[int, int], ...]) -> str:
+    """A row's words as it will be run: moving others off only where it moves someone (the
+    planner's words are its intent; with ``--no-isolate``, or nothing movable, nothing moves)."""
+    base = description.removesuffix(MOVED_OFF).removesuffix(LEFT)
+    if base == description:
+        return description  # a placement that says nothing of the others (the split, the whole domain)
+    return base + (f", {len(moved)} other busy process(es) moved off" if moved else LEFT)
 
 
 class _Aborted(Exception):
@@ -284,6 +296,7 @@ class Tuner:
             moved = self._to_move(snapshot, job, placement)
             if placement.isolate and not moved:
                 placement = replace(placement, isolate=False)  # nothing movable: the same as leaving them
+            placement = replace(placement, description=described(placement.description, moved))
             key = (placement.cpus, placement.main_cpus, moved)
             if key in seen or tried >= self.max_candidates:
                 continue
@@ -335,19 +348,15 @@ class Tuner:
 
     def _run(self) -> Iterator[None]:
         try:
-            for _ in range(2):  # the starting placement, twice: the run-to-run spread
-                self._measure_row(0)
+            # Two passes, each candidate once a pass, alternated with the starting placement:
+            # start, candidates, start, candidates in reverse, start (``core.tuning``: noise).
+            candidates = [r.number for r in self.rows[1:] if r.status == "waiting"]
+            for number in (0, *candidates, 0, *reversed(candidates), 0):
+                if self.rows[number].status in ("failed", "refused"):
+                    continue  # a candidate whose pin failed is not tried again
+                self._measure_row(number, again=bool(self.rows[number].measures))
                 yield
-            for row in self.rows[1:]:
-                if row.status == "waiting":
-                    self._measure_row(row.number)
-                    yield
             spread = self._spread()
-            close = best_two_close([r.score for r in self.rows], spread if spread is not None else 0.0)
-            if close is not None:
-                for number in close:
-                    self._measure_row(number, again=True)
-                    yield
             choice = choose([r.score for r in self.rows], spread or 0.0, SCORE_UNITS[self.score_kind])
             pinned = self._keep(choice)
             self._finish(choice.row, choice.why, pinned, None)
@@ -362,9 +371,9 @@ class Tuner:
             self._finish(None, f"stopped: {exc}{why}", None, str(exc))
 
     def _spread(self) -> float | None:
-        start = self.rows[0]
-        scores = [s for m in start.measures if (s := m.score(self.score_kind)) is not None]
-        return spread_of(scores[0], scores[1]) if len(scores) >= 2 else None
+        """The largest difference between two windows of one placement (``core.tuning``)."""
+        repeats = [[s for m in r.measures if (s := m.score(self.score_kind)) is not None] for r in self.rows]
+        return spread_of_rows(repeats)
 
     def _measure_row(self, number: int, again: bool = False) -> None:
         if self._stop.is_set():

@@ -56,20 +56,41 @@ def _row_text(row: Row, kind: ScoreKind) -> str:
 def result_text(result: TuneResult) -> list[str]:
     lines = [f"tune {result.pid}: {_score_sentence(result.score_kind)}"]
     if result.spread is not None:
-        lines.append(f"run-to-run spread (the starting placement measured twice): {result.spread:.2f}")
+        lines.append(
+            f"run-to-run spread (the largest difference between two windows of one placement): {result.spread:.2f}"
+        )
     lines += [_row_text(r, result.score_kind) for r in result.rows]
     if result.chosen is not None:
         lines.append(f"chosen: row {result.chosen}: {term_safe(result.why)}")
         if result.pinned is not None:
             lines.append(
-                f"pinned to CPUs {format_cpulist(result.pinned.cpus)} (journal {result.pinned.journal_id}); "
-                f"`affmon undo {result.pid}` restores the masks from before tune"
+                f"{applied_text(result)} (journal {result.pinned.journal_id}); `affmon undo {result.pid}` restores "
+                "the masks from before tune"
             )
         else:
             lines.append("nothing was changed")
     else:
         lines.append(term_safe(result.why))
     return lines
+
+
+def applied_text(result: TuneResult) -> str:
+    """The placement left in force as applied: per process where it is split, with the
+    processes moved off."""
+    pinned = result.pinned
+    assert pinned is not None and result.chosen is not None
+    row = result.rows[result.chosen]
+    workers = sorted({t.pid for t in pinned.threads if t.pid != result.pid and t.status != "moved"})
+    kids = f"its workers {', '.join(map(str, workers[:8]))}{' …' if len(workers) > 8 else ''}" if workers else ""
+    placement = row.placement
+    if placement is not None and placement.main_cpus is not None and placement.worker_cpus is not None:
+        said = f"pinned main process {result.pid} to CPUs {format_cpulist(placement.main_cpus)}"
+        said += f", {kids or 'its workers'} to CPUs {format_cpulist(placement.worker_cpus)}"
+    else:
+        said = f"pinned {result.pid}{' and ' + kids if kids else ''} to CPUs {format_cpulist(pinned.cpus)}"
+    if row.isolate:
+        said += f"; moved {len(row.isolate)} other process(es) off: PIDs {', '.join(str(p) for p, _ in row.isolate)}"
+    return said
 
 
 def _row_json(row: Row, kind: ScoreKind) -> dict[str, Any]:

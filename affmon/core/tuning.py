@@ -13,10 +13,14 @@ Two scores, one per run, said in every table:
   fixed, so this is their demand x (1 - wait share): a placement that makes them wait less
   scores higher. The wait share (``schedstat``) is shown beside it.
 
-Noise: the starting placement is measured twice; the difference of its two scores (no
-less than ``MIN_SPREAD_SHARE`` of their mean) is the run-to-run ``spread``. When the best two
-differ by no more than it, both are measured once more and their means compared; a
-candidate replaces the starting placement only when it beats it by more than the spread.
+Noise: every placement is measured at least twice, in two passes alternated with the
+starting placement (start, every candidate, start, every candidate in reverse, start), so
+a drift of the machine's other load shows as a difference between a placement's own
+windows. The run-to-run ``spread`` is the largest difference between two windows of one
+placement (no less than ``MIN_SPREAD_SHARE`` of their mean, ``spread_of_rows``); a
+candidate replaces the starting placement only when its mean beats the start's by more
+than the spread. A single 2-s window beside a guest swinging 50-125% of a 2-CPU machine
+kept a "winner" by 0.01 before; now such a lead is noise.
 """
 
 from __future__ import annotations
@@ -135,17 +139,16 @@ def spread_of(first: float, second: float) -> float:
     return max(abs(first - second), MIN_SPREAD_SHARE * abs(first + second) / 2)
 
 
+def spread_of_rows(rows: Sequence[Sequence[float]]) -> float | None:
+    """The spread from the repeated scores of each placement: the largest difference
+    between two scores of one placement (``spread_of`` each pair); None when no placement
+    was measured twice."""
+    found = [spread_of(a, b) for scores in rows for i, a in enumerate(scores) for b in scores[i + 1 :]]
+    return max(found) if found else None
+
+
 def mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-def best_two_close(scores: Sequence[float | None], spread: float) -> tuple[int, int] | None:
-    """The rows of the two best scores when they differ by no more than ``spread``."""
-    ranked = sorted((s, -i) for i, s in enumerate(scores) if s is not None)
-    if len(ranked) < 2:
-        return None
-    (second, j), (first, i) = ranked[-2], ranked[-1]
-    return (-i, -j) if first - second <= spread else None
 
 
 def choose(scores: Sequence[float | None], spread: float, unit: str) -> Choice:
@@ -168,6 +171,6 @@ def choose(scores: Sequence[float | None], spread: float, unit: str) -> Choice:
         )
     return Choice(
         0,
-        f"no candidate beat the starting placement ({start:.2f} {unit}) by more than the run-to-run spread of "
-        f"{spread:.2f} (best: row {row}, {best:.2f}), so it stays",
+        f"no placement is better than the starting one beyond the noise: the best, row {row}, scored {best:.2f} "
+        f"{unit} against {start:.2f}, within the run-to-run spread of {spread:.2f}; the starting placement stays",
     )
