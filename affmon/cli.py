@@ -93,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--demo", action="store_true", help="replay a real run recorded on an H200 (a job starved by CPU hogs, fixed)"
     )
     parser.add_argument("--speed", type=speed, default=1.0, metavar="X", help="replay at X times the recorded pace")
+    parser.add_argument(
+        "--readonly",
+        action="store_true",
+        help="no key changes a process: r, u and T show the command to run instead (AFFMON_READONLY=1: the default)",
+    )
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     topo = sub.add_parser("topology", help="the machine's CPUs, cores, caches, NUMA nodes and GPUs")
@@ -158,6 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
     pin.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     pin.add_argument(
         "--force", action="store_true", help="a job another affmon is tuning: end that tune first (default: refuse)"
+    )
+    pin.add_argument(
+        "--include-others",
+        action="store_true",
+        help="with --with-children, also pin descendants of another user or session (default: refuse)",
     )
     pin.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling for --suggest")
     pin.add_argument("--json", action="store_true", help="print JSON")

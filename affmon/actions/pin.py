@@ -46,6 +46,7 @@ from typing import Literal
 
 from affmon.actions.isolate import IsolationPlan
 from affmon.actions.journal import Journal, JournalEntry, ProcessKey, ThreadRecord, new_entry_id
+from affmon.actions.journal_trust import user_name
 from affmon.actions.migrate import MigrationResult, MoveMemory, migrate_after_pin, spans_nodes_message, target_node
 from affmon.actions.threads import (
     MAX_ROUNDS,
@@ -114,8 +115,10 @@ def pin(
     isolate_candidates: Sequence[ProcessKey] = (),
     isolate_all: bool = False,
     move_memory: MoveMemory | None = None,
+    include_others: bool = False,
 ) -> PinResult:
-    """Set every thread of ``pid`` (with its descendants when ``with_children``) to
+    """Set every thread of ``pid`` (with its descendants when ``with_children``: the job's
+    own, the same user and session, unless ``include_others``) to
     ``cpus``; with ``isolate``, also move the threads of ``isolate_candidates`` (PID,
     start time) off them, those the isolation rule allows (all but PID 1 and kernel
     threads with ``isolate_all``). ``start_ticks``: the start time of the process meant;
@@ -126,6 +129,7 @@ def pin(
     job.expected_start = start_ticks
     job.isolate_all = isolate_all
     job.move_memory = move_memory
+    job.include_others = include_others
     return job.run(isolate_candidates if isolate else ())
 
 
@@ -149,6 +153,7 @@ class _Pin:
         self.changed = False
         self.expected_start: int | None = None
         self.isolate_all = False
+        self.include_others = False
         self.notes: list[str] = []
         self.in_force: list[JournalEntry] = []  # the journal's pins in force when this one began
         self.move_memory: MoveMemory | None = None
@@ -199,6 +204,8 @@ class _Pin:
         stat = self._stat(self.pid)
         if stat is None:
             return f"no such process: {self.pid}"
+        if self.pid == 1:
+            return "PID 1 is the machine's init, not a job: affmon pins no job rooted there (name the job's own PID)"
         if self.expected_start is not None and stat.start_ticks != self.expected_start:
             return (
                 f"PID {self.pid} is no longer the process chosen: that one exited and the PID now belongs to"
@@ -211,6 +218,10 @@ class _Pin:
         tgid = tgid_of(self.proc, self.pid)
         if tgid is not None and tgid != self.pid:
             return f"{self.pid} is a thread (TID) of PID {tgid}: pin PID {tgid}, its process"
+        if self.with_children and not self.include_others:
+            crossing = self._others_in_tree(stat)
+            if crossing is not None:
+                return crossing
         if self.journal is not None:
             # Proves the journal writable before anything changes, and drops what has exited.
             self.in_force = [
@@ -294,6 +305,31 @@ class _Pin:
         if self.proc.live:
             found.discard(os.getpid())
         return [self.pid, *sorted(found - {self.pid})]
+
+    def _others_in_tree(self, stat: StatFields) -> str | None:
+        """Why a ``--with-children`` pin would reach processes that are not the job's: a
+        descendant of another user (real UID) or of another session than the target (a
+        daemon, a guest, someone's job started through sudo); None when the tree is the
+        target's own. A pin of PID 1's tree would otherwise take every process on the machine."""
+        mine = self.proc.status(self.pid)
+        uid = None if mine is None else mine.uid
+        foreign = []
+        for child in self._targets()[1:]:
+            cstat, cstatus = self._stat(child), self.proc.status(child)
+            if cstat is None or cstatus is None:
+                continue  # gone meanwhile
+            if cstatus.uid != uid or cstat.session != stat.session:
+                foreign.append((child, cstat, cstatus.uid))
+        if not foreign:
+            return None
+        child, cstat, cuid = foreign[0]
+        why = f"user {user_name(cuid)}" if cuid != uid else f"session {cstat.session}, not {stat.session}"
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        return (
+            f"PID {child} ({term_safe(cstat.comm)}) under PID {self.pid} belongs to {why}{more}: a pin with its "
+            "children stops at the job's own processes (the same user and session); nothing was changed. Pass "
+            "--include-others to pin them too"
+        )
 
     def _on_error(self, exc: OSError, pid: int, tid: int, before: CpuSet | None) -> None:
         """ESRCH: the thread exited, which is normal. Anything else fails the pin."""

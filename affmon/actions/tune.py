@@ -42,7 +42,7 @@ from affmon.actions.pin import PinResult, pin
 from affmon.actions.threads import AffinityOps
 from affmon.actions.undo import undo
 from affmon.collect.sampler import Sampler
-from affmon.core.advice import candidate_placements, job_of, movable_occupants
+from affmon.core.advice import INIT_IS_NO_JOB, candidate_placements, job_of, movable_occupants
 from affmon.core.cpuset import CpuSet
 from affmon.core.domains import allowed_pool, fmt_cpus
 from affmon.core.errors import AffmonError, SourceError
@@ -246,6 +246,8 @@ class Tuner:
     # -- preparing ------------------------------------------------------------------
 
     def _prepare(self) -> None:
+        if self.pid == 1:
+            raise AffmonError(INIT_IS_NO_JOB)
         window = self._sample_window()
         snapshot = window[-1]
         job = job_of(snapshot, self.pid)

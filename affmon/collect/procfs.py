@@ -52,6 +52,7 @@ class StatFields:
     stime_ticks: int
     start_ticks: int
     processor: int | None  # absent on very old kernels
+    session: int | None = None  # field 6: the session (a login, a terminal, a setsid daemon)
 
 
 def parse_stat_bytes(data: bytes) -> StatFields:
@@ -84,6 +85,7 @@ def parse_stat(text: str) -> StatFields:
             stime_ticks=_uint(rest[12]),
             start_ticks=_uint(rest[19]),
             processor=processor,
+            session=_uint(rest[3]),
         )
     except ValueError as exc:
         raise ParseError(f"bad number in stat line: {exc}") from None

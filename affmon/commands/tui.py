@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -72,10 +73,16 @@ def _tunes_end_first(app: App[Any]) -> Iterator[None]:
             signal.signal(s, h)
 
 
+def readonly(args: argparse.Namespace) -> bool:
+    """``--readonly``, or ``AFFMON_READONLY`` set to anything but empty or 0: an admin's way
+    to make looking the default on a shared node (in the environment every login gets)."""
+    return bool(getattr(args, "readonly", False)) or os.environ.get("AFFMON_READONLY", "") not in ("", "0")
+
+
 def cmd_tui(args: argparse.Namespace) -> int:
     from affmon.actions.journal import PinnedMasks
     from affmon.sources.stream import LiveSource, ReplaySource, Source
-    from affmon.tui.pinner import Pinner, ReplayPinner, SystemPinner
+    from affmon.tui.pinner import Pinner, ReadOnlyPinner, ReplayPinner, SystemPinner
 
     source: Source
     pinner: Pinner
@@ -95,7 +102,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
         interval = None
     else:
         source = LiveSource(tuple(args.tui_pid), args.tui_interval, expected_masks=PinnedMasks())
-        pinner = SystemPinner()
+        pinner = ReadOnlyPinner() if readonly(args) else SystemPinner()
         interval = args.tui_interval
 
     if not (sys.stdout.isatty() and sys.stdin.isatty()):

@@ -38,6 +38,8 @@ from affmon.core.topology import Topology
 # has none affmon can apply; AFFINITY_DRIFT carries its own mask.
 FIXABLE = frozenset({"STARVED", "MASK_TOO_NARROW", "CONTENDED", "CROSS_NUMA", "CONFINED_THREAD"})
 
+INIT_IS_NO_JOB = "PID 1 is the machine's init, not a job: affmon offers no pin of its tree (name the job's own PID)"
+
 NOTHING_TO_PLACE = (
     "none of its findings is one a core set cures (its threads do not queue for a CPU, nothing else "
     "runs on its CPUs, no thread is confined), so no placement change can help"
@@ -233,9 +235,10 @@ def attach_suggestions(
         if f.code in FIXABLE and job is not None:
             if job.pid not in cache:
                 found = suggest_for_job(job, snapshot, t, window=window)
-                cache[job.pid] = suggestion_json(
-                    found, unchanged_by(job, found.cpus, found.move_off, snapshot.topology)
+                why = (
+                    INIT_IS_NO_JOB if job.pid == 1 else unchanged_by(job, found.cpus, found.move_off, snapshot.topology)
                 )
+                cache[job.pid] = suggestion_json(found, why)
             f = replace(f, suggestion=cache[job.pid])
         result.append(f)
     return result
@@ -333,7 +336,8 @@ def propose_pin(
         start_ticks=job.root.sample.start_ticks,
         move_off_starts=tuple(starts[o.pid] for o in move_off),
         left_alone=tuple(kept),
-        no_change=unchanged_by(job, suggestion.cpus, [o.pid for o in on_cpus], snapshot.topology)
+        no_change=(INIT_IS_NO_JOB if job.pid == 1 else None)
+        or unchanged_by(job, suggestion.cpus, [o.pid for o in on_cpus], snapshot.topology)
         or (None if placement_cures(evaluate(snapshot, Context(snapshot.topology, t)), job.pid) else NOTHING_TO_PLACE),
     )
 

@@ -334,10 +334,10 @@ def rule_stalled(
 
 
 def evaluate_loop(
-    b: LoopBreakdown, workers: WorkerStats | None, t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS
+    b: LoopBreakdown, workers: WorkerStats | None, t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS, *, stalls: bool = True
 ) -> list[Finding]:
     """Both rules on one rank's interval; empty for a GPU-bound (healthy) loop."""
-    stalled = rule_stalled(b, workers, t)
+    stalled = rule_stalled(b, workers, t) if stalls else []
     if stalled:  # the input's cause is named: no INPUT_BOUND advice about workers that sleep
         return stalled
     return rule_input_bound(b, workers, t) + rule_loop_bound(b, t, workers)

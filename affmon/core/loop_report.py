@@ -10,7 +10,7 @@ all of this again from a recording; ``affmon.core.tick`` calls ``loop_reports`` 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from affmon.core.findings import Finding
@@ -64,6 +64,9 @@ class LoopReport:
     verdict: str | None
     line: str
     unavailable: str | None
+    # A training process (on a GPU, or seen as training): a script waiting on a child's
+    # pipe is not a stalled input pipeline, so STALLED is judged for training loops only.
+    training: bool = True
 
     @property
     def available(self) -> bool:
@@ -134,7 +137,9 @@ def loop_reports(snapshot: Snapshot, t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS
     for p in snapshot.processes:
         s = p.sample
         if s.loop is not None:
-            found[s.pid] = report(s.pid, s.name, s.loop, gpu_busy(s, snapshot), t)
+            found[s.pid] = replace(
+                report(s.pid, s.name, s.loop, gpu_busy(s, snapshot), t), training=s.training or bool(s.gpu_indices)
+            )
     return found
 
 
@@ -157,7 +162,8 @@ def combined_reports(
         busy = None
         if None not in busy_each and seconds > 0:
             busy = sum(r.window.seconds * (b or 0.0) for r, b in zip(same, busy_each, strict=True)) / seconds
-        combined[pid] = report(pid, last.name, merge_windows([r.window for r in same]), busy, t)
+        merged = report(pid, last.name, merge_windows([r.window for r in same]), busy, t)
+        combined[pid] = replace(merged, training=last.training)
     return combined
 
 
@@ -167,5 +173,5 @@ def loop_findings(reports: Mapping[int, LoopReport], t: LoopThresholds = DEFAULT
     found: list[Finding] = []
     for r in reports.values():
         if r.breakdown is not None:
-            found += evaluate_loop(r.breakdown, r.window.workers, t)
+            found += evaluate_loop(r.breakdown, r.window.workers, t, stalls=r.training)
     return found

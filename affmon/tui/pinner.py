@@ -61,6 +61,7 @@ class TuneSession(Protocol):
 
 class Pinner(Protocol):
     replay: bool  # True: nothing here acts on this machine (a recording's processes)
+    readonly: bool  # True: a monitor that changes nothing; its dialogs show the command to run
 
     def propose(self, snapshot: Snapshot, pid: int, window: Sequence[Snapshot] = ()) -> PinProposal | None:
         """What ``r`` on ``pid`` would do, sized over ``window`` (the recent snapshots,
@@ -93,6 +94,7 @@ class SystemPinner:
     """Pins for real, journaled in ``journal`` (default: ``$XDG_STATE_HOME/affmon``)."""
 
     replay = False
+    readonly = False
 
     def __init__(self, journal: Journal | None = None) -> None:
         self.journal = journal
@@ -194,11 +196,39 @@ class SystemPinner:
             raise
 
 
+READONLY = "a read-only monitor (--readonly, AFFMON_READONLY) changes nothing"
+
+
+class ReadOnlyPinner(SystemPinner):
+    """``affmon --readonly``: proposes as the system pinner does (from the same journal, so
+    the advice is the same) and changes nothing: the dialogs show the command instead."""
+
+    readonly = True
+
+    def apply(
+        self, proposal: PinProposal, *, isolate: bool, with_children: bool, move_memory: bool = False
+    ) -> PinResult:
+        from affmon.actions.pin import PinResult
+
+        return PinResult(False, proposal.suggestion.cpus, (), f"{READONLY}: nothing was pinned", False, None)
+
+    def undo_last(self) -> UndoResult:
+        from affmon.actions.undo import UndoResult
+
+        entry = self._newest()
+        pid = "PID" if entry is None else str(entry.pid)
+        return UndoResult(False, (), (), f"{READONLY}: nothing was undone; to undo it, run `affmon undo {pid}`")
+
+    def tuner(self, pid: int, start_ticks: int, on_change: Callable[[Row], None]) -> TuneSession:
+        raise AffmonError(f"{READONLY}; to tune this job, run `affmon tune {pid}`")
+
+
 class ReplayPinner:
     """For a replay: shows what ``r`` would suggest, changes nothing."""
 
     REFUSAL = "this is a replay: its processes are not on this machine, so nothing was pinned"
     replay = True
+    readonly = False
 
     def propose(self, snapshot: Snapshot, pid: int, window: Sequence[Snapshot] = ()) -> PinProposal | None:
         from affmon.core.advice import propose_pin

@@ -184,8 +184,23 @@ class PinScreen(_ActionScreen):
         self.move_memory = False  # the consent to move pages: never on by default
         self.result: PinResult | None = None
         self.replayed = False  # Enter in a replay: nothing was asked of the system
+        self.shown_command = False  # Enter in a read-only monitor: the command, nothing done
+
+    def command(self) -> str:
+        """The command that does what Enter would, as the toggles stand."""
+        parts = ["affmon pin", str(self.proposal.pid), "--cpus", fmt.cpus(self.proposal.suggestion.cpus)]
+        parts += ["--with-children"] if self.with_children else []
+        parts += ["--isolate"] if self.isolate else []
+        parts += ["--migrate-memory"] if self.move_memory else []
+        return " ".join(parts)
 
     def body(self) -> Text:
+        if self.shown_command:
+            return Text.assemble(
+                ("read-only: nothing was pinned.\n\n", "bold"),
+                ("To apply it, run:\n  ", ""),
+                (self.command() + "\n", f"bold {self.palette.success}"),
+            )
         if self.replayed:
             return Text.assemble(
                 (f"{REPLAY_PINS_NOTHING}.\n\n", "bold"),
@@ -205,6 +220,8 @@ class PinScreen(_ActionScreen):
     def keys(self) -> Text:
         if self.state == "asking" and self.pinner.replay:
             return Text.assemble(("Enter", "bold"), " (a replay pins nothing)   ", ("Esc", "bold"), " close")
+        if self.state == "asking" and self.pinner.readonly:
+            return Text.assemble(("Enter", "bold"), " show the command (read-only)   ", ("Esc", "bold"), " close")
         return super().keys()
 
     def action_toggle_memory(self) -> None:
@@ -227,6 +244,10 @@ class PinScreen(_ActionScreen):
             self.replayed = True
             self.finish()
             return
+        if self.pinner.readonly:
+            self.shown_command = True
+            self.finish()
+            return
         self._apply(self.isolate, self.with_children, self.move_memory)
 
     @work(thread=True, exclusive=True, group="pin", exit_on_error=False)
@@ -246,6 +267,8 @@ class PinScreen(_ActionScreen):
     def summary(self) -> str | None:
         if self.replayed:
             return f"{REPLAY_PINS_NOTHING} ({self.proposal.pid} was not pinned)"
+        if self.shown_command:
+            return f"read-only: to pin {self.proposal.pid}, run {self.command()}"
         r = self.result
         if r is None:
             return None

@@ -82,11 +82,11 @@ def score_sentence(kind: ScoreKind) -> str:
 
 
 def duration_s(rows: tuple[Row, ...], settle_s: float, window_s: float) -> tuple[int, float]:
-    """The candidates to try and the seconds it takes: the starting placement twice (a
-    window each, no settling), then candidates x (settle + window). The best two measured
-    again when close add up to two more trials."""
+    """The candidates to try and the seconds it takes: two passes over the candidates,
+    each a settle and a window, alternated with the starting placement three times (a
+    window each, no settling)."""
     candidates = sum(1 for r in rows if r.number > 0 and r.status == "waiting")
-    return candidates, 2 * window_s + candidates * (settle_s + window_s)
+    return candidates, 3 * window_s + 2 * candidates * (settle_s + window_s)
 
 
 def _score(row: Row, kind: ScoreKind) -> str:
@@ -190,9 +190,9 @@ class TuneScreen(ModalScreen[str | None]):
             n, seconds = duration_s(self.rows, self.session.settle_s, self.session.window_s)
             out.append("Enter starts: ", style="bold")
             out.append(
-                f"it changes the job's CPU masks for about {seconds:.0f} s: the starting placement measured "
-                f"twice ({self.session.window_s:g} s each), then {n} candidates x ({self.session.settle_s:g} s "
-                f"settle + {self.session.window_s:g} s window), the best two once more when they are close. "
+                f"it changes the job's CPU masks for about {seconds:.0f} s: {n} candidates measured twice each "
+                f"({self.session.settle_s:g} s settle + {self.session.window_s:g} s window), alternated with the "
+                "starting placement, whose windows and theirs give the noise a winner must beat. "
                 "Esc or q stops at any time and puts the masks back.\n"
             )
         elif self.state == "running":

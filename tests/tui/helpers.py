@@ -30,6 +30,7 @@ class FakePinner:
     ``memory`` is the migration result a pin that moves memory reports."""
 
     replay = False
+    readonly = False
 
     def __init__(
         self, fail: str | None = None, last: str | None = "PID 695 pinned to CPUs 0-15", memory: Any = None

@@ -8,8 +8,10 @@ import asyncio
 import dataclasses
 import time
 
+import pytest
 from textual.widgets import Static
 
+from affmon.core import fmt
 from affmon.tui.app import AffmonApp
 from affmon.tui.help import HelpScreen
 from affmon.tui.screens import PinScreen, UndoScreen
@@ -446,3 +448,55 @@ def test_the_thread_table_re_sorts_in_place():
             assert [str(t.get_row_at(i)[0]) for i in range(3)] == ["11", "10", "13"]
 
     run(go())
+
+
+def test_a_readonly_monitor_shows_the_command_and_changes_nothing(tmp_path, monkeypatch):
+    """``affmon --readonly``: r proposes as usual; Enter shows the command that would apply
+    it, with the toggles as set, and nothing reaches the system; u and T say the same."""
+    from affmon.core.errors import AffmonError
+    from affmon.tui.pinner import ReadOnlyPinner
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+
+    class Watched(ReadOnlyPinner):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[object] = []
+
+        def apply(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+            self.calls.append(args)
+            return super().apply(*args, **kwargs)  # type: ignore[arg-type]
+
+    async def go():
+        pinner = Watched()
+        app = replay_app("hogs", pinner)
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            await pilot.press("r")
+            assert isinstance(app.screen, PinScreen)
+            assert "show the command (read-only)" in shown_text(app, "#dialog-keys")
+            await pilot.press("i")
+            await pilot.press("enter")
+            await pilot.pause()
+            text = shown_text(app, "#dialog-text")
+            cpus = app.screen.proposal.suggestion.cpus
+            assert "read-only: nothing was pinned" in text
+            assert f"affmon pin 608 --cpus {fmt.cpus(cpus)} --with-children --isolate" in text
+            assert pinner.calls == []
+
+    run(go())
+    undone = ReadOnlyPinner().undo_last()
+    assert not undone.ok and "read-only" in str(undone.error) and "affmon undo" in str(undone.error)
+    with pytest.raises(AffmonError, match="affmon tune 608"):
+        ReadOnlyPinner().tuner(608, 1, lambda row: None)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", False), ("0", False), ("1", True), ("yes", True)])
+def test_affmon_readonly_in_the_environment_makes_the_monitor_read_only(monkeypatch, value, expected):
+    import argparse
+
+    from affmon.commands.tui import readonly
+
+    monkeypatch.setenv("AFFMON_READONLY", value)
+    assert readonly(argparse.Namespace(readonly=False)) is expected
+    assert readonly(argparse.Namespace(readonly=True)) is True

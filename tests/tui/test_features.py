@@ -401,7 +401,8 @@ def test_tune_asks_first_then_fills_the_table_live_and_marks_the_chosen_row():
             assert session.started_with == (RANK, start)  # the job's root, as it was seen
             text = dialog(app)
             assert "score: GPU utilisation" in text
-            assert "about 38 s" in text and "2 candidates x (3 s settle + 8 s window)" in text
+            # Two passes over 2 candidates (3 s settle + 8 s window each) and three windows of the start.
+            assert "about 68 s" in text and "2 candidates measured twice each (3 s settle + 8 s window)" in text
             assert "Enter starts" in text and session.next == 0  # nothing measured before Enter
             await pilot.press("enter")
             session.release()
