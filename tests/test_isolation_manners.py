@@ -24,7 +24,7 @@ from affmon.actions import Journal, OsAffinity
 from affmon.actions.pin import PinResult, pin
 from affmon.actions.undo import undo
 from affmon.core.cpuset import CpuSet, format_cpulist
-from affmon.core.isolation import Candidate, left_alone
+from affmon.core.isolation import Candidate, Kin, left_alone
 from tests.live import workload
 from tests.test_pin import BOTH, REPO, A, B, cpus, masks, stat_start
 
@@ -269,3 +269,48 @@ def test_the_dry_run_says_who_is_left_alone_and_why() -> None:
             assert line in lines, out.stdout
         assert any(line.startswith("would set CPUs ") for line in lines)
         assert {pid: masks(pid) for pid in before} == before
+
+
+# -- root's manners: the job's own neighbours, not the machine's ---------------------------
+
+
+JOB_KIN = Kin(uid=1000, session=500, cgroup="0::/user.slice/user-1000.slice/session-3.scope\n")
+
+
+def candidate(uid: int, session: int | None, cgroup: str | None) -> Candidate:
+    return Candidate(
+        pid=4000,
+        uid=uid,
+        user={0: "root", 1000: "alice"}.get(uid),
+        kernel=False,
+        mask=None,
+        allowed=None,
+        session=session,
+        cgroup=cgroup,
+    )
+
+
+@pytest.mark.parametrize(
+    ("uid", "session", "cgroup", "moved"),
+    [
+        (1000, 500, None, True),  # the job owner's, in the job's session
+        (1000, 777, JOB_KIN.cgroup, True),  # the job owner's, in the job's cgroup
+        (1000, 777, "0::/user.slice/user-1000.slice/session-9.scope\n", False),  # hers, another login
+        (0, 500, JOB_KIN.cgroup, False),  # root's, though beside the job: root's is not the job owner's
+        (0, 1, "0::/system.slice/libvirtd.service\n", False),  # a daemon, a guest
+        (65534, 500, JOB_KIN.cgroup, False),  # another user's
+    ],
+)
+def test_root_moves_only_the_job_owners_processes_in_its_session_or_cgroup(uid, session, cgroup, moved):
+    why = left_alone(candidate(uid, session, cgroup), 0, job=JOB_KIN)
+    assert (why is None) is moved, why
+    assert left_alone(candidate(uid, session, cgroup), 0, job=JOB_KIN, isolate_all=True) is None
+
+
+def test_a_user_not_root_moves_their_own_processes_whatever_their_session():
+    assert left_alone(candidate(1000, 777, None), 1000, job=JOB_KIN) is None
+    assert left_alone(candidate(0, 500, None), 1000, job=JOB_KIN) is not None
+
+
+def test_root_without_the_jobs_kin_moves_nothing():
+    assert left_alone(candidate(0, 500, None), 0) is not None

@@ -238,3 +238,25 @@ def test_row_labels_say_what_the_row_does():
     assert described(planned, ()) == "the suggestion: 1 core, CPUs 0, the others left where they are"
     assert described(planned, ((5, 1), (6, 1))) == "the suggestion: 1 core, CPUs 0, 2 other busy process(es) moved off"
     assert described("the suggestion split: main loop on CPUs 0, DataLoader workers on 1", ()).endswith("on 1")
+
+
+def test_isolation_can_be_turned_off_before_the_start_and_rows_then_move_no_one(tmp_path):
+    a, b = two_cpus()
+    with workload("--cpus", str(a), "--sleepers", "1") as info:
+        pid = info["pid"]
+        only_b = frozenset({b})
+        found = [
+            Placement(only_b, True, "the other CPU, the other busy processes moved off"),
+            Placement(only_b, False, "the other CPU, the others left where they are"),
+        ]
+        tuner, _ = gpu_tuner(tmp_path, pid, {}, [50, 50, 50], found)
+        tuner._to_move = lambda snapshot, job, placement: ((4242, 1),) if placement.isolate else ()  # type: ignore[method-assign]
+        rows = tuner.prepare()
+        assert [r.isolate for r in rows[1:]] == [((4242, 1),), ()]
+        assert rows[1].description == "the other CPU, 1 other busy process(es) moved off"
+        off = tuner.set_isolation(False)
+        assert [r.isolate for r in off[1:]] == [(), ()]
+        assert off[1].description == "the other CPU, the others left where they are"
+        assert [r.status for r in off[1:]] == ["waiting", "skipped"]  # the same placement twice: tried once
+        assert tuner.set_isolation(True) == rows
+        tuner.release()

@@ -6,10 +6,13 @@ quote process names: they pass through ``term_safe``."""
 
 from __future__ import annotations
 
+from affmon.actions.journal_trust import user_name
 from affmon.actions.pin import PinResult
-from affmon.actions.threads import ThreadResult
+from affmon.actions.threads import ThreadResult, stat_or_none
 from affmon.actions.undo import UndoResult
+from affmon.collect.procfs import ProcFs
 from affmon.core.cpuset import format_cpulist
+from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
 
 
@@ -42,6 +45,7 @@ def result_text(result: PinResult) -> list[str]:
     if result.ok:
         changed = counts.get("set", 0) - len(kept)
         summary += f" ({changed} changed)" if kept else ""
+        lines += moved_lines(result)
         lines.append(f"{verb} CPUs {format_cpulist(result.cpus)}: {summary}")
         if result.journal_id:
             lines.append(f"journaled as {result.journal_id}; `affmon undo` puts every mask back")
@@ -57,6 +61,35 @@ def result_text(result: PinResult) -> list[str]:
         lines.append(f"memory: {term_safe(result.memory.message)}")
     if result.warning:
         lines.append(f"warning: {result.warning}")
+    return lines
+
+
+def who(pid: int, root: str = "/") -> str:
+    """A process as isolation names it: ``PID (user, command)``, from /proc now."""
+    proc = ProcFs(root)
+    stat = stat_or_none(proc, pid)
+    try:
+        status = proc.status(pid)
+    except AffmonError:
+        status = None
+    user = user_name(status.uid) if status is not None and status.uid is not None else "?"
+    return f"{pid} ({user}, {term_safe(stat.comm) if stat is not None else 'gone'})"
+
+
+def moved_lines(result: PinResult) -> list[str]:
+    """One line per process isolation moved: who, how many threads, from which CPUs to which."""
+    moved: dict[int, list[ThreadResult]] = {}
+    for t in result.threads:
+        if t.status == "moved":
+            moved.setdefault(t.pid, []).append(t)
+    lines = []
+    for pid, threads in sorted(moved.items()):
+        before = {format_cpulist(t.before) for t in threads if t.before is not None}
+        after = {format_cpulist(t.after) for t in threads if t.after is not None}
+        lines.append(
+            f"moved off: {who(pid)}, {len(threads)} thread(s) from CPUs {', '.join(sorted(before)) or '?'} "
+            f"to {', '.join(sorted(after)) or '?'}"
+        )
     return lines
 
 

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 from affmon.actions.journal_records import JournalEntry, ProcessKey, ThreadRecord
 from affmon.actions.journal_trust import user_name
-from affmon.actions.threads import AffinityOps, ThreadResult, stat_or_none, unmovable
+from affmon.actions.threads import AffinityOps, OsAffinity, ThreadResult, stat_or_none, unmovable
 from affmon.collect.cgroup import cgroup_cpuset, read_mounts
-from affmon.collect.fs import read_line
+from affmon.collect.fs import read_file, read_line
 from affmon.collect.procfs import PF_KTHREAD, ProcFs, StatFields
 from affmon.core.cpuset import CpuSet, parse_cpulist
 from affmon.core.errors import AffmonError
-from affmon.core.isolation import Candidate, left_alone
+from affmon.core.isolation import Candidate, Kin, left_alone
 
 
 class IsolationPlan:
@@ -37,11 +38,13 @@ class IsolationPlan:
         root: str,
         in_force: Sequence[JournalEntry] = (),
         isolate_all: bool = False,
+        job_pid: int | None = None,
     ) -> None:
         self.proc = proc
         self.ops = ops
         self.cpus = cpus
         self.isolate_all = isolate_all
+        self.kin = None if job_pid is None else kin_of(proc, root, job_pid)
         self._mounts = read_mounts(root)
         self._root = root
         self._online = _online_cpus(root)
@@ -92,21 +95,19 @@ class IsolationPlan:
         return plan, notes
 
     def _left_alone(self, pid: int, stat: StatFields) -> str | None:
-        try:
-            status = self.proc.status(pid)
-        except AffmonError:
-            status = None
-        uid = None if status is None else status.uid
         candidate = Candidate(
             pid=pid,
-            uid=uid,
-            user=None if uid is None else user_name(uid),
+            uid=_uid(self.proc, pid),
+            user=None,
             kernel=bool(stat.flags & PF_KTHREAD),
             mask=self._mask(pid),
             allowed=self._allowed_of(pid) or None,
             moved_by_affmon=(pid, stat.start_ticks) in self._moved_before,
+            session=stat.session,
+            cgroup=cgroup_of(self._root, pid),
         )
-        return left_alone(candidate, os.geteuid(), isolate_all=self.isolate_all)
+        candidate = replace(candidate, user=None if candidate.uid is None else user_name(candidate.uid))
+        return left_alone(candidate, os.geteuid(), isolate_all=self.isolate_all, job=self.kin)
 
     def _allowed_of(self, pid: int) -> CpuSet:
         """What the process's cgroup allows (the online CPUs when unknown)."""
@@ -123,6 +124,56 @@ class IsolationPlan:
             return self.ops.get(tid)
         except OSError:
             return None
+
+
+def _uid(proc: ProcFs, pid: int) -> int | None:
+    try:
+        status = proc.status(pid)
+    except AffmonError:
+        return None
+    return None if status is None else status.uid
+
+
+def cgroup_of(root: str, pid: int) -> str | None:
+    """``/proc/PID/cgroup`` as one string (every hierarchy's path): two processes in the
+    same cgroup have the same text. None where unreadable, or where every path is the root
+    cgroup ``/``, which every process of a machine without cgroups shares: no kin there."""
+    data = read_file(root, f"/proc/{pid}/cgroup")
+    if data is None:
+        return None
+    text = data.decode("utf-8", "replace")[:4096]
+    paths = {line.split(":", 2)[2] for line in text.splitlines() if line.count(":") >= 2}
+    return None if paths <= {"/", ""} else text
+
+
+def kin_of(proc: ProcFs, root: str, job_pid: int) -> Kin | None:
+    """The job's owner, session and cgroup (``core.isolation.Kin``), read from /proc."""
+    stat = stat_or_none(proc, job_pid)
+    if stat is None:
+        return None
+    return Kin(_uid(proc, job_pid), stat.session, cgroup_of(root, job_pid))
+
+
+def judge(
+    pid: int,
+    start_ticks: int,
+    *,
+    job_pid: int,
+    isolate_all: bool = False,
+    root: str = "/",
+    in_force: Sequence[JournalEntry] = (),
+) -> str | None:
+    """Why isolation would leave process ``pid`` (started at ``start_ticks``) alone for the
+    job ``job_pid``, read from /proc as the pin will judge it; None when it would move it,
+    "gone" when that process is no longer there."""
+    proc = ProcFs(root)
+    stat = stat_or_none(proc, pid)
+    if stat is None or stat.start_ticks != start_ticks:
+        return "gone"
+    plan = IsolationPlan(
+        proc, OsAffinity(), frozenset(), root=root, in_force=in_force, isolate_all=isolate_all, job_pid=job_pid
+    )
+    return plan._left_alone(pid, stat)
 
 
 def _online_cpus(root: str) -> CpuSet:

@@ -361,7 +361,13 @@ class _Pin:
         """Move the candidates' threads off ``cpus`` (``IsolationPlan`` says which and
         where), journaled ahead like the pin's own. Refusals are reported only."""
         planner = IsolationPlan(
-            self.proc, self.ops, self.cpus, root=self.root, in_force=self.in_force, isolate_all=self.isolate_all
+            self.proc,
+            self.ops,
+            self.cpus,
+            root=self.root,
+            in_force=self.in_force,
+            isolate_all=self.isolate_all,
+            job_pid=self.pid,
         )
         targets = {r.pid for r in self.results.values()} | {self.pid}
         for _round in range(MAX_ROUNDS):

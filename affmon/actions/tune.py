@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from affmon.actions.isolate import judge
 from affmon.actions.journal import Journal, JournalError, ProcessKey
 from affmon.actions.lease import Lease, stale_note
 from affmon.actions.pin import PinResult, pin
@@ -47,7 +48,6 @@ from affmon.core.cpuset import CpuSet
 from affmon.core.domains import allowed_pool, fmt_cpus
 from affmon.core.errors import AffmonError, SourceError
 from affmon.core.findings import Job
-from affmon.core.isolation import Candidate, left_alone
 from affmon.core.placements import Placement
 from affmon.core.rates import Snapshot, make_snapshot
 from affmon.core.samples import Sample
@@ -184,6 +184,7 @@ class Tuner:
         self.score_kind: ScoreKind = "cpu"
         self.gpu_indices: frozenset[int] = frozenset()
         self._rows: list[Row] = []
+        self._prepared_rows: tuple[Row, ...] | None = None  # the rows as listed, before set_isolation
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._steps: Iterator[None] | None = None
@@ -267,6 +268,36 @@ class Tuner:
             self.release()
             raise
 
+    def set_isolation(self, on: bool) -> tuple[Row, ...]:
+        """Before the run: with ``on`` False, no row moves anyone (each row that would moves
+        no one, and one that is then the same as another is skipped); True puts the rows back
+        as prepared. The rows as they now stand."""
+        if self._steps is not None:
+            raise RuntimeError("isolation is chosen before the run")
+        with self._lock:
+            if self._prepared_rows is None:
+                self._prepared_rows = tuple(self._rows)
+            rows = list(self._prepared_rows)
+            if not on:
+                seen: set[tuple[CpuSet | None, CpuSet | None]] = set()
+                for i, row in enumerate(rows):
+                    if row.placement is not None and row.status == "waiting":
+                        placement = replace(row.placement, isolate=False)
+                        key = (placement.cpus, placement.main_cpus)
+                        status: RowStatus = "skipped" if key in seen else "waiting"
+                        note = "the same as another row without isolation" if status == "skipped" else ""
+                        seen.add(key)
+                        rows[i] = replace(
+                            row,
+                            isolate=(),
+                            placement=placement,
+                            description=described(placement.description, ()),
+                            status=status,
+                            note=note,
+                        )
+            self._rows = rows
+        return self.rows
+
     def release(self) -> None:
         """Give the job's lease back (at the end of the run, or when it never started)."""
         _RUNNING.discard(self)
@@ -298,13 +329,13 @@ class Tuner:
             moved = self._to_move(snapshot, job, placement)
             if placement.isolate and not moved:
                 placement = replace(placement, isolate=False)  # nothing movable: the same as leaving them
-            placement = replace(placement, description=described(placement.description, moved))
             key = (placement.cpus, placement.main_cpus, moved)
             if key in seen or tried >= self.max_candidates:
                 continue
             seen.add(key)
             tried += 1
-            rows.append(Row(len(rows), placement.description, placement.cpus, moved, "waiting", placement=placement))
+            text = described(placement.description, moved)  # what the row does; the planner's words stay its intent
+            rows.append(Row(len(rows), text, placement.cpus, moved, "waiting", placement=placement))
         with self._lock:
             self._rows = rows
 
@@ -332,17 +363,9 @@ class Tuner:
             if process is None:
                 continue
             s = process.sample
-            main = s.main_thread
-            allowed = (s.cgroup_cpus or self.topology.allowed_cpus) & self.topology.online_cpus
-            candidate = Candidate(
-                pid=s.pid,
-                uid=s.uid,
-                user=s.user,
-                kernel=s.kernel,
-                mask=None if main is None or main.allowed_cpus is None else main.allowed_cpus,
-                allowed=allowed or None,
-            )
-            if left_alone(candidate, self.my_uid, isolate_all=self.isolation == "all") is None:
+            # Judged as the pin will judge it, from /proc: its user, session and cgroup.
+            why = judge(s.pid, s.start_ticks, job_pid=self.pid, isolate_all=self.isolation == "all", root=self.root)
+            if why is None:
                 found.append((s.pid, s.start_ticks))
         return tuple(sorted(found))
 

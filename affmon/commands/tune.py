@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from affmon.actions.describe import who
 from affmon.actions.journal import Journal, default_journal_path
 from affmon.actions.tune import Isolation, Row, Tuner, TuneResult
 from affmon.collect.identity import resolve_pid
@@ -48,7 +49,8 @@ def _row_text(row: Row, kind: ScoreKind) -> str:
             f"; wait {row.measures[-1].wait_share:.2f}" if row.measures[-1].wait_share is not None else ""
         )
         score = f"{score} ({runs})"
-    moved = f", moving {len(row.isolate)} process(es) off" if row.isolate else ""
+    names = ", ".join(who(pid) for pid, _ in row.isolate[:4]) + (" …" if len(row.isolate) > 4 else "")
+    moved = f", moving {len(row.isolate)} process(es) off: {names}" if row.isolate else ""
     note = f" [{row.note}]" if row.note else ""
     return f"{row.number:>3}  {row.status:<8} {score:<28} {term_safe(row.description)}{moved}{note}"
 

@@ -7,7 +7,7 @@ fewer CPUs than it has busy threads where its domain allows."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from affmon.core.cpuset import CpuSet, format_cpulist
@@ -95,6 +95,8 @@ def occupants(snapshot: Snapshot, job_pids: frozenset[int], t: Thresholds = DEFA
                 gpu_bus_ids=gpu_ids,
                 pinned_cpus=pinned,
                 root=roots.get(s.pid),
+                user=s.user,
+                mask=None if main is None or main.allowed_cpus is None else main.allowed_cpus & topo.online_cpus,
             )
         )
     return found
@@ -286,6 +288,11 @@ class PinProposal:
     # nothing can move off them): ``r`` then offers no pin and names the findings' remedies.
     no_change: str | None = None
 
+    def moved_to(self, o: Occupant, allowed: CpuSet) -> CpuSet:
+        """The CPUs isolation leaves ``o``: its mask without the suggestion's CPUs, or, when
+        nothing is left, what its cgroup (``allowed``) allows without them."""
+        return ((o.mask or allowed) - self.suggestion.cpus) or (allowed - self.suggestion.cpus)
+
     @property
     def isolate_candidates(self) -> tuple[tuple[int, int], ...]:
         return tuple(zip((o.pid for o in self.move_off), self.move_off_starts, strict=True))
@@ -299,6 +306,7 @@ def propose_pin(
     my_uid: int | None = None,
     moved_by_affmon: Collection[tuple[int, int]] = (),
     window: Sequence[Snapshot] = (),
+    judge: Callable[[int, int, int], str | None] | None = None,
 ) -> PinProposal | None:
     """The pin ``affmon pin ROOT --suggest --with-children`` would make for the job that
     ``pid`` belongs to (or for ``pid`` alone when it is in no job); None when it is gone.
@@ -306,7 +314,9 @@ def propose_pin(
     alone (``affmon.core.isolation``) are set apart from those it would move;
     ``moved_by_affmon``: (PID, start) of processes an earlier affmon isolate narrowed,
     whose narrow mask is therefore no one's decision; ``window``: the recent snapshots
-    (oldest first) the job is sized over."""
+    (oldest first) the job is sized over. ``judge`` (job PID, PID, start) says why a process
+    is left alone where the caller can read more than the snapshot holds (its session and
+    cgroup, which root's manners need: ``affmon.actions.isolate.judge``)."""
     root = pid
     for candidate in find_jobs(snapshot):
         if pid in candidate.pids:
@@ -319,13 +329,17 @@ def propose_pin(
     main = job.root.sample.main_thread
     on_cpus = sorted(movable_occupants(snapshot, job, suggestion.cpus, t), key=lambda o: o.pid)
     kept: list[tuple[Occupant, str]] = []
-    if my_uid is not None:
-        for o in on_cpus:
-            why = left_alone(_candidate(snapshot, o.pid, moved_by_affmon), my_uid)
-            if why is not None:
-                kept.append((o, why))
-    move_off = tuple(o for o in on_cpus if o.pid not in {k.pid for k, _ in kept})
     starts = {p.sample.pid: p.sample.start_ticks for p in snapshot.processes}
+    for o in on_cpus:
+        if judge is not None:
+            why = judge(job.pid, o.pid, starts[o.pid])
+        elif my_uid is not None:
+            why = left_alone(_candidate(snapshot, o.pid, moved_by_affmon), my_uid)
+        else:
+            why = None
+        if why is not None:
+            kept.append((o, why))
+    move_off = tuple(o for o in on_cpus if o.pid not in {k.pid for k, _ in kept})
     return PinProposal(
         pid=job.pid,
         name=job.root.sample.name,

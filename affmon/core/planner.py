@@ -76,6 +76,8 @@ class Occupant:
     gpu_bus_ids: tuple[str, ...] = ()  # GPUs it uses (training processes)
     pinned_cpus: CpuSet | None = None  # its mask when narrower than the machine (None: unpinned)
     root: int | None = None  # the root of the job it belongs to (itself for a rank; None: unknown)
+    user: str | None = None  # whose it is: isolation names each process it moves
+    mask: CpuSet | None = None  # its main thread's mask, online CPUs (where isolation moves it from)
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,8 @@ class TuneSession(Protocol):
 
     def abort(self) -> None: ...
 
+    def set_isolation(self, on: bool) -> tuple[Row, ...]: ...
+
     def close(self) -> None: ...
 
 
@@ -117,7 +119,13 @@ class SystemPinner:
             for r in e.threads
             if r.role == "isolate" and r.tid == r.pid and r.start_ticks is not None
         }
-        return propose_pin(snapshot, pid, my_uid=os.geteuid(), moved_by_affmon=moved, window=window)
+        from affmon.actions.isolate import judge
+
+        def judged(job_pid: int, other: int, start: int) -> str | None:
+            why = judge(other, start, job_pid=job_pid, in_force=in_force)
+            return None if why == "gone" else why
+
+        return propose_pin(snapshot, pid, my_uid=os.geteuid(), moved_by_affmon=moved, window=window, judge=judged)
 
     def apply(
         self, proposal: PinProposal, *, isolate: bool, with_children: bool, move_memory: bool = False

@@ -52,12 +52,13 @@ def proposal_text(
     box = "[x]" if isolate else "[ ]"
     out.append(f"{box} i  isolate", style="bold" if isolate else "")
     if pr.move_off:
-        out.append("       move these off those CPUs:\n", style=p.muted)
+        out.append("       move these off those CPUs (PID, user, command, CPU, to):\n", style=p.muted)
         for o in pr.move_off[:8]:
-            kind = "training" if o.training else "other"
+            user = fmt.term_safe((o.user or "?")[:10])
+            to = fmt.cpus(pr.moved_to(o, o.mask or frozenset()) or None)
             out.append(
-                f"        {o.pid:>7} {fmt.term_safe(o.name[:16]):<16} {o.cpu_percent:5.0f}% CPU on {fmt.cpus(o.cpus)} "
-                f"({kind})\n"
+                f"        {o.pid:>7} {user:<10} {fmt.term_safe(o.name[:16]):<16} {o.cpu_percent:5.0f}% on "
+                f"{fmt.cpus(o.cpus)} -> {to}\n"
             )
         if len(pr.move_off) > 8:
             out.append(f"        and {len(pr.move_off) - 8} more\n", style=p.muted)

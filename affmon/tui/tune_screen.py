@@ -95,6 +95,25 @@ def _score(row: Row, kind: ScoreKind) -> str:
     return f"{row.score:.1f}%" if kind == "gpu" else f"{row.score:.2f} CPUs"
 
 
+def _names(snapshot: Snapshot) -> dict[int, str]:
+    """Each process's user and command, as the dialog names the ones a row moves."""
+    return {p.sample.pid: f"{p.sample.user or '?'} {p.sample.name}" for p in snapshot.processes}
+
+
+def moved_text(rows: tuple[Row, ...], names: dict[int, str], p: Palette) -> Text:
+    """Who the rows move off the job's CPUs, and whose they are, before Enter."""
+    moved = sorted({pid for r in rows if r.status == "waiting" for pid, _ in r.isolate})
+    out = Text()
+    if not moved:
+        return out
+    out.append("rows marked 'moves' move these off the job's CPUs (PID, user, command):\n", style=p.muted)
+    for pid in moved[:8]:
+        out.append(f"  {pid:>7} {fmt.term_safe(names.get(pid, '?'))}\n", style=p.muted)
+    if len(moved) > 8:
+        out.append(f"  and {len(moved) - 8} more\n", style=p.muted)
+    return out
+
+
 def rows_text(rows: tuple[Row, ...], kind: ScoreKind, chosen: int | None, p: Palette) -> Text:
     """The candidate table: row, placement, CPUs, isolate?, score, state."""
     out = Text()
@@ -122,6 +141,7 @@ class TuneScreen(ModalScreen[str | None]):
         Binding("enter", "confirm", "Start", priority=True),
         Binding("escape", "stop", "Stop", priority=True),
         Binding("q", "stop", "Stop", priority=True),
+        Binding("i", "toggle_isolate", "Isolate", priority=True),
     ]
 
     def __init__(self, snapshot: Snapshot, pid: int, pinner: Pinner, palette: Palette) -> None:
@@ -135,6 +155,8 @@ class TuneScreen(ModalScreen[str | None]):
         self.session: TuneSession | None = None
         self.result: TuneResult | None = None
         self.error: str | None = None
+        self.isolate = True  # the rows that move others off do so; i turns it off before the start
+        self.moved_names: dict[int, str] = _names(snapshot)
         self._dialog_gone = False  # the dialog went away: a session prepared after it is closed at once
 
     def compose(self) -> ComposeResult:
@@ -186,6 +208,8 @@ class TuneScreen(ModalScreen[str | None]):
         chosen = self.result.chosen if self.result is not None else None
         out.append_text(rows_text(self.rows, self.score_kind, chosen, p))
         out.append("\n")
+        if self.state == "asking":
+            out.append_text(moved_text(self.rows, self.moved_names, p))
         if self.state == "asking" and self.session is not None:
             n, seconds = duration_s(self.rows, self.session.settle_s, self.session.window_s)
             out.append("Enter starts: ", style="bold")
@@ -225,7 +249,10 @@ class TuneScreen(ModalScreen[str | None]):
 
     def keys(self) -> Text:
         if self.state == "asking":
-            return Text.assemble(("Enter", "bold"), " start   ", ("Esc", "bold"), " cancel")
+            box = "[x]" if self.isolate else "[ ]"
+            return Text.assemble(
+                ("Enter", "bold"), " start   ", (f"{box} i", "bold"), " isolate   ", ("Esc", "bold"), " cancel"
+            )
         if self.state in ("running", "preparing"):
             return Text.assemble(("Esc", "bold"), "/", ("q", "bold"), " stop")
         if self.state == "stopping":
@@ -237,6 +264,13 @@ class TuneScreen(ModalScreen[str | None]):
         self.query_one("#dialog-keys", Static).update(self.keys())
 
     # -- keys -----------------------------------------------------------------------
+
+    def action_toggle_isolate(self) -> None:
+        """Before the start: whether the rows that move others off the job's CPUs do so."""
+        if self.state == "asking" and self.session is not None:
+            self.isolate = not self.isolate
+            self.rows = self.session.set_isolation(self.isolate)
+            self._refresh()
 
     def action_confirm(self) -> None:
         if self.state == "asking" and self.session is not None:
