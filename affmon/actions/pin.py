@@ -289,6 +289,8 @@ class _Pin:
                 except OSError as exc:
                     self._on_error(exc, record.pid, record.tid, record.old_cpus)
                     continue
+                if self._landed_elsewhere(record):
+                    continue
                 self.applied.append(record)
                 self.changed = True
         raise _Failure(f"threads of PID {self.pid} kept appearing with other masks: gave up after {MAX_ROUNDS} rounds")
@@ -330,6 +332,39 @@ class _Pin:
             "children stops at the job's own processes (the same user and session); nothing was changed. Pass "
             "--include-others to pin them too"
         )
+
+    def _landed_elsewhere(self, record: ThreadRecord) -> bool:
+        """Whether the set just made on ``record.tid`` landed on another task: the thread
+        listed exited between the listing and the set, and another task (another process's
+        thread, a new process) took its number. Then that task is given back the mask it
+        had most likely (its creator's: its process's main thread, or for a new process its
+        parent's), the listed thread is reported exited, and the stranger is reported by
+        name; True. A number is checked by its start time, right after the set."""
+        if record.start_ticks is None:
+            return False
+        now = self._stat(record.tid)  # /proc/TID: whichever task holds the number now
+        if now is None or now.start_ticks == record.start_ticks:
+            return False
+        tgid = tgid_of(self.proc, record.tid)
+        creator = tgid if tgid is not None and tgid != record.tid else now.ppid
+        try:
+            mask = self.ops.get(creator)
+            self.ops.set(record.tid, mask)
+            done = f"given back its creator's mask {format_cpulist(mask)}"
+            status: ThreadStatus = "restored"
+        except OSError as exc:
+            done = f"could not be given its mask back ({exc.strerror})"
+            status = "failed"
+        self._note(record.pid, record.tid, record.old_cpus, None, "exited", "exited before its mask was set")
+        self.results[-record.tid] = ThreadResult(
+            tgid or record.tid,
+            record.tid,
+            None,
+            None,
+            status,
+            f"TID {record.tid} was taken by another task ({term_safe(now.comm)}) between listing and setting: {done}",
+        )
+        return True
 
     def _on_error(self, exc: OSError, pid: int, tid: int, before: CpuSet | None) -> None:
         """ESRCH: the thread exited, which is normal. Anything else fails the pin."""
@@ -389,6 +424,8 @@ class _Pin:
                         why = self._refusal_message(exc, record.pid, record.tid, new)
                         self._note(record.pid, record.tid, record.old_cpus, None, "not-moved", f"not moved: {why}")
                     continue
+                if self._landed_elsewhere(record):
+                    continue
                 self.applied.append(record)
                 self.changed = True
                 self._note_after(record.tid, "moved", new)
@@ -434,6 +471,8 @@ class _Pin:
                     complete = False
                     why = self._refusal_message(exc, record.pid, record.tid, record.old_cpus)
                     self._note(record.pid, record.tid, record.old_cpus, None, "failed", f"not put back: {why}")
+                continue
+            if self._landed_elsewhere(record):
                 continue
             self._note(record.pid, record.tid, record.old_cpus, None, "restored", "put back after the failure")
             self._note_after(record.tid, "restored", record.old_cpus)
