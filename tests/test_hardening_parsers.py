@@ -191,10 +191,12 @@ def stat_lines(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
         "stime_ticks": draw(U64),
         "start_ticks": draw(U64),
         "processor": draw(st.integers(min_value=0, max_value=MAX_CPU_ID)),
+        "session": draw(st.integers(min_value=0, max_value=2**22)),
     }
     count = draw(st.integers(min_value=22, max_value=60))
     fields_ = ["0"] * (count + 1)  # 1-based: fields_[n] is field n
     fields_[3], fields_[4], fields_[9] = values["state"], str(values["ppid"]), str(values["flags"])
+    fields_[6] = str(values["session"])
     fields_[14], fields_[15], fields_[22] = (
         str(values["utime_ticks"]),
         str(values["stime_ticks"]),

@@ -299,3 +299,35 @@ def test_drift_is_raised_for_the_pinned_process_only_not_for_another_with_its_pi
         journal.update(entry)
         assert expected_masks(journal) == {(pid, stat_start(pid)): cpus(B)}
         assert "AFFINITY_DRIFT" in drift_codes(state, pid)
+
+
+def test_the_tui_pinner_refuses_a_proposal_for_a_process_that_exec_d_another_program_since(tmp_path: Path) -> None:
+    """The same PID and start time, another program: the proposal was made for the one
+    before, so Enter pins nothing and says so."""
+    journal = Journal(tmp_path / "journal.jsonl")
+    shell = subprocess.Popen(
+        ["sh", "-c", "read line; exec sleep 300"], stdin=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert shell.stdin is not None
+        time.sleep(0.2)
+        sampler = Sampler("/", Selection(pids=(shell.pid,), others=True))
+        first = sampler.sample()
+        time.sleep(0.3)
+        snapshot = make_snapshot(first, sampler.sample(), read_topology("/"))
+        pinner = SystemPinner(journal)
+        proposal = pinner.propose(snapshot, shell.pid)
+        assert proposal is not None and proposal.pid == shell.pid
+        shell.stdin.write("go\n")
+        shell.stdin.flush()
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{shell.pid}/exe").endswith("sh") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        before = masks(shell.pid)
+        result = pinner.apply(replace(proposal, no_change=None), isolate=False, with_children=False)
+        assert not result.ok and result.threads == ()
+        assert result.error is not None and "it exec'd since the dialog opened" in result.error
+        assert masks(shell.pid) == before and journal.entries() == []
+    finally:
+        shell.kill()
+        shell.wait()

@@ -312,5 +312,9 @@ def test_a_user_not_root_moves_their_own_processes_whatever_their_session():
     assert left_alone(candidate(0, 500, None), 1000, job=JOB_KIN) is not None
 
 
-def test_root_without_the_jobs_kin_moves_nothing():
-    assert left_alone(candidate(0, 500, None), 0) is not None
+def test_root_without_the_jobs_session_and_cgroup_goes_by_the_owner_alone():
+    """A recording holds no session: the proposal is the owner's processes; the pin judges
+    again from /proc with the session and cgroup."""
+    assert left_alone(candidate(0, 500, None), 0) is None
+    assert left_alone(candidate(1000, None, None), 0, job=Kin(1000, None, None)) is None
+    assert left_alone(candidate(0, None, None), 0, job=Kin(1000, None, None)) is not None

@@ -260,3 +260,34 @@ def test_isolation_can_be_turned_off_before_the_start_and_rows_then_move_no_one(
         assert [r.status for r in off[1:]] == ["waiting", "skipped"]  # the same placement twice: tried once
         assert tuner.set_isolation(True) == rows
         tuner.release()
+
+
+def test_a_tune_that_can_try_no_candidate_ends_in_an_error_not_in_the_start_staying(tmp_path):
+    """Every pin refused (a user without permission on the job): an error the command exits
+    non-zero on, not "the starting placement stays"."""
+    import errno
+
+    a, b = two_cpus()
+
+    class Refusing(VirtualOps):
+        def set(self, tid: int, cpus: CpuSet) -> None:
+            raise OSError(errno.EPERM, "Operation not permitted")
+
+    with workload("--cpus", str(a), "--sleepers", "1") as info:
+        pid = info["pid"]
+        tuner = Tuner(
+            pid,
+            start_ticks=stat_start_ticks(pid),
+            sampler=Sampler("/", Selection(pids=(pid,))),
+            topology=read_topology("/"),
+            journal=Journal(tmp_path / "journal.jsonl"),
+            settle_s=0.05,
+            window_s=0.3,
+            interval_s=0.2,
+            tick_s=0.3,
+            ops=Refusing(),
+            propose=fixed(Placement(frozenset({a, b}), False, "both")),
+        )
+        result = tuner.run()
+    assert result.error is not None and "no candidate could be tried" in result.error
+    assert result.chosen is None and result.rows[1].status == "failed"

@@ -381,6 +381,11 @@ class Tuner:
                     continue  # a candidate whose pin failed is not tried again
                 self._measure_row(number, again=bool(self.rows[number].measures))
                 yield
+            tried = [r for r in self.rows[1:] if r.status in ("measured", "failed")]
+            if tried and all(r.status == "failed" for r in tried):
+                # Nothing could be tried (no permission, a cpuset that refuses every candidate):
+                # an error, not "the starting placement stays".
+                raise AffmonError(f"no candidate could be tried: {tried[0].note}; nothing was changed")
             spread = self._spread()
             choice = choose([r.score for r in self.rows], spread or 0.0, SCORE_UNITS[self.score_kind])
             pinned = self._keep(choice)

@@ -88,7 +88,13 @@ def hidden_processes_notice(root: str = "/") -> str | None:
     if hidepid in ("0", "off") or (root in ("", "/") and os.geteuid() == 0):
         return None
     gid = options.get("gid")
-    if root in ("", "/") and gid is not None and gid.isdigit() and int(gid) in (os.getegid(), *os.getgroups()):
+    if (
+        root in ("", "/")
+        and gid is not None
+        and gid.isascii()
+        and gid.isdigit()
+        and int(gid) in (os.getegid(), *os.getgroups())
+    ):
         return None
     return (
         f"/proc is mounted with hidepid={hidepid}: other users' processes are hidden from affmon, so their load on"

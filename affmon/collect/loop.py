@@ -270,7 +270,7 @@ class LoopSampler:
         for tid in self.fs.tids(self.pid):
             data = self.fs.read_task(self.pid, tid, "children")
             if data:
-                found.update(int(w) for w in data.split() if w.isdigit())
+                found.update(int(w) for w in data.split() if w.isascii() and w.isdigit())
         return tuple(sorted(pid for pid in found if not self._helper(pid)))
 
     def _helper(self, pid: int) -> bool:
@@ -284,7 +284,7 @@ class LoopSampler:
         links: set[str] = set()
         for child in self.children:
             for name in list_dir(self.root, f"/proc/{child}/fd"):
-                if name.isdigit():
+                if name.isascii() and name.isdigit():
                     link = self._link(child, int(name))
                     if link is not None and link.startswith("pipe:"):
                         links.add(link)
@@ -313,7 +313,7 @@ class LoopSampler:
             for tid in self.fs.tids(child):
                 data = self.fs.read_task(child, tid, "schedstat")
                 parts = data.split() if data else []
-                if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+                if len(parts) >= 2 and all(p.isascii() and p.isdigit() for p in parts[:2]):
                     times[tid] = (int(parts[0]), int(parts[1]))
         return times
 

@@ -324,7 +324,7 @@ class ProcFs:
         return mask
 
     def pids(self) -> list[int]:
-        return [int(n) for n in self._names("/proc") if n.isdigit()]
+        return [int(n) for n in self._names("/proc") if n.isascii() and n.isdigit()]
 
     def listed_pids(self, now: float) -> list[int]:
         """``pids()``, live, without listing ``/proc`` again while nothing can have changed
@@ -357,7 +357,7 @@ class ProcFs:
         return fields[4] if len(fields) == 5 and fields[4].isdigit() else None
 
     def tids(self, pid: int) -> list[int]:
-        return [int(n) for n in self._names(f"/proc/{pid}/task") if n.isdigit()]
+        return [int(n) for n in self._names(f"/proc/{pid}/task") if n.isascii() and n.isdigit()]
 
     def _names(self, path: str) -> list[str]:
         if not self.live:

@@ -19,7 +19,7 @@ def seconds(text: str) -> float:
 
 def count(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        if not text.isdigit() or not low <= int(text) <= high:
+        if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
             raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}: {text!r}")
         return int(text)
 
@@ -27,7 +27,7 @@ def count(low: int, high: int) -> Callable[[str], int]:
 
 
 def pid(text: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
+    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
         raise argparse.ArgumentTypeError(f"not a process id: {text!r}")
     return int(text)
 

@@ -66,7 +66,7 @@ def parse_environ(data: bytes) -> RankEnv:
         if sep and key in (b"LOCAL_RANK", b"CUDA_VISIBLE_DEVICES") and key not in found:
             found[key] = value
     raw_rank = found.get(b"LOCAL_RANK", b"").strip()
-    local_rank = int(raw_rank) if raw_rank.isdigit() and len(raw_rank) <= 5 else None
+    local_rank = int(raw_rank) if raw_rank.isascii() and raw_rank.isdigit() and len(raw_rank) <= 5 else None
     visible: tuple[str, ...] | None = None
     if b"CUDA_VISIBLE_DEVICES" in found:
         text = found[b"CUDA_VISIBLE_DEVICES"].decode("utf-8", "replace")

@@ -44,8 +44,8 @@ class Kin:
 
 def left_alone(c: Candidate, my_uid: int, *, isolate_all: bool = False, job: Kin | None = None) -> str | None:
     """Why ``--isolate`` must not move ``c`` (one clause), or None when it may. ``job``: the
-    job's kin, which root's isolation needs (without it, root moves nothing of another's
-    session it cannot tell apart)."""
+    job's kin, which root's isolation needs: without it, root's manners are the owner's UID
+    alone (root's own processes, as a recording can tell no more)."""
     if c.kernel:
         return "a kernel thread"
     if c.pid == 1:
@@ -54,12 +54,15 @@ def left_alone(c: Candidate, my_uid: int, *, isolate_all: bool = False, job: Kin
         return None
     who = c.user or ("an unknown user" if c.uid is None else f"UID {c.uid}")
     if my_uid == 0:
-        owner = None if job is None else job.uid
+        owner = 0 if job is None else job.uid
         if c.uid != owner:
             return f"another user's process ({who}); --isolate-all moves it"
-        same_session = job is not None and c.session is not None and c.session == job.session
-        same_cgroup = job is not None and c.cgroup is not None and c.cgroup == job.cgroup
-        if not (same_session or same_cgroup):
+        known = job is not None and (job.session is not None or job.cgroup is not None)
+        same_session = known and c.session is not None and job is not None and c.session == job.session
+        same_cgroup = known and c.cgroup is not None and job is not None and c.cgroup == job.cgroup
+        # Without the job's session and cgroup (a recording holds neither), the owner's
+        # processes are the proposal; the pin judges again from /proc with both.
+        if known and not (same_session or same_cgroup):
             return (
                 f"{who}'s, outside the job's session and cgroup (a daemon, a guest, another job); --isolate-all "
                 "moves it"

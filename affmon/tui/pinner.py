@@ -101,6 +101,7 @@ class SystemPinner:
     def __init__(self, journal: Journal | None = None) -> None:
         self.journal = journal
         self._topology: Topology | None = None  # this machine's, as the last proposal saw it
+        self._programs: dict[int, str | None] = {}  # the program each proposal's process ran then
 
     def _journal(self) -> Journal:
         return self.journal if self.journal is not None else Journal(default_journal_path())
@@ -125,7 +126,10 @@ class SystemPinner:
             why = judge(other, start, job_pid=job_pid, in_force=in_force)
             return None if why == "gone" else why
 
-        return propose_pin(snapshot, pid, my_uid=os.geteuid(), moved_by_affmon=moved, window=window, judge=judged)
+        proposal = propose_pin(snapshot, pid, my_uid=os.geteuid(), moved_by_affmon=moved, window=window, judge=judged)
+        if proposal is not None:
+            self._programs[proposal.pid] = _program(proposal.pid)
+        return proposal
 
     def apply(
         self, proposal: PinProposal, *, isolate: bool, with_children: bool, move_memory: bool = False
@@ -136,6 +140,15 @@ class SystemPinner:
         tuned, holder, _ = tuning(proposal.pid)
         if holder is not None:  # another affmon tunes this job: it is that tune's until it ends
             error = f"{holder.sentence(tuned)}: nothing was pinned; wait for it to end"
+            return PinResult(False, proposal.suggestion.cpus, (), error, False, None)
+        seen, now = self._programs.get(proposal.pid), _program(proposal.pid)
+        if seen is not None and now is not None and now != seen:
+            # The same process (its start time is checked by the pin) that runs another
+            # program since the dialog opened: the proposal was made for the one before.
+            error = (
+                f"PID {proposal.pid} now runs {now}, not {seen} (it exec'd since the dialog opened): "
+                "nothing was pinned; press r again for a proposal for what it runs now"
+            )
             return PinResult(False, proposal.suggestion.cpus, (), error, False, None)
         request = None
         if move_memory:
@@ -205,6 +218,15 @@ class SystemPinner:
 
 
 READONLY = "a read-only monitor (--readonly, AFFMON_READONLY) changes nothing"
+
+
+def _program(pid: int) -> str | None:
+    """The program a process runs (``/proc/PID/exe``; it changes on exec, not on a rename);
+    None when it is gone or not readable (another user's, without root)."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
 
 
 class ReadOnlyPinner(SystemPinner):
