@@ -15,11 +15,10 @@ from collections.abc import Callable
 
 from affmon.collect.fs import read_text
 from affmon.collect.procfs import ProcFs
-from affmon.core.context import Context, cgroup_path, context_of, environ_values
+from affmon.core.context import MAX_STATE_CHARS, Context, cgroup_path, context_of, environ_values
 
 CPU_MANAGER_STATE = "/var/lib/kubelet/cpu_manager_state"
 STATE_REFRESH_S = 30.0
-MAX_STATE_CHARS = 1 << 20
 
 
 class ContextReader:

@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from typing import Any
 
+from affmon.core.context import small_int
 from affmon.core.cpuset import format_cpulist
 from affmon.core.errors import AffmonError
-from affmon.core.fmt import term_safe
+from affmon.core.fmt import cut, term_safe
 from affmon.core.own_threads import thread_budget
 from affmon.core.planner import MachinePlan, RankPlan, plan_machine
 from affmon.core.visible import JobGpus, gpu_by_index, job_gpus
@@ -94,10 +96,13 @@ class CannotPlan(AffmonError):
 
 
 def local_rank_from_env() -> int:
+    """``LOCAL_RANK`` as torchrun sets it: ASCII digits, at most six (``small_int``)."""
     local = os.environ.get("LOCAL_RANK")
-    if local is None or not local.isdigit():
-        raise CannotPlan("--from-env needs LOCAL_RANK (set by torchrun) to be a number")
-    return int(local)
+    rank = small_int(local)
+    if rank is None:
+        shown = "unset" if local is None else f"{term_safe(cut(local, 20))!r}"
+        raise CannotPlan(f"--from-env needs LOCAL_RANK (set by torchrun) to be a number; it is {shown}")
+    return rank
 
 
 def exec_plan(args: argparse.Namespace) -> tuple[RankPlan, tuple[str, ...]]:
@@ -154,6 +159,26 @@ def budget_text(budget: Mapping[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in budget.items()) + " (its thread budget)"
 
 
+# CPython ignores these at start-up (a closed pipe is an EPIPE error, a file over RLIMIT_FSIZE
+# an EFBIG error, for the interpreter to raise), and execvp keeps an ignored signal
+# ignored: without this the command would run with them ignored, and ``yes | head -1``
+# in it would print "Broken pipe" where under taskset it ends quietly.
+_IGNORED_BY_PYTHON = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name))
+
+
+def _exec(command: list[str]) -> None:
+    """``execvp`` with the signal dispositions a command started by a shell has; put back
+    as they were when it fails (affmon goes on to report it)."""
+    before = {sig: signal.signal(sig, signal.SIG_DFL) for sig in _IGNORED_BY_PYTHON}
+    try:
+        os.execvp(command[0], command)
+    except BaseException:
+        for sig, handler in before.items():
+            if handler is not None:  # None: not set from Python, nothing to put back
+                signal.signal(sig, handler)
+        raise
+
+
 def cmd_exec(args: argparse.Namespace) -> int:
     """Pin to this rank's plan, then exec the command. A rank that cannot be planned (or
     pinned) still runs, unpinned, after one line on stderr: a launcher wrapper must never
@@ -197,7 +222,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         sys.stderr.write(f"affmon: warning: {said}. Running {term_safe(command[0])} unpinned.\n")
         sys.stderr.flush()
     try:
-        os.execvp(command[0], command)
+        _exec(command)
     except OSError as exc:
         sys.stderr.write(f"affmon: cannot run {term_safe(command[0])}: {exc.strerror}\n")
         return 127

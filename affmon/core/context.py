@@ -15,9 +15,14 @@ Pure: the caller reads ``/proc/PID/environ`` (where permitted: the same user, or
 * torchrun: ``LOCAL_RANK``, ``RANK``, ``WORLD_SIZE`` from the environment, and the
   ``--numa-binding`` mode from the command line of the torchrun process above it.
 
-Every value is bounded (``MAX_VALUE_CHARS``) and kept as text; the presentation edges
-escape it. The exporter uses only the few low-cardinality fields (scheduler, job id, pod
-UID, local rank) as labels.
+Every value is bounded, whether it comes from the environment, the cgroup path or a
+recording, and one out of bounds is unknown (None): text at most ``MAX_VALUE_CHARS``
+(kept as text; the presentation edges escape it), Slurm's job and step ids as Slurm
+writes them (``slurm_job_id``, ``slurm_step``), numbers ASCII digits of at most six
+(``small_int``). Any user with a delegated cgroup can name it ``slurm/job_`` and 200
+digits, so the path is no more trusted than the environment. The exporter uses only the
+few low-cardinality fields (scheduler, job.step, pod UID, local rank) as labels, each at
+most ``MAX_VALUE_CHARS``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,16 @@ from affmon.core.cpuset import CpuSet, parse_cpulist
 from affmon.core.errors import ParseError
 
 MAX_VALUE_CHARS = 64
+# Slurm's job and step ids are 32-bit numbers (10 digits at most); a step may also be
+# named (batch, extern, interactive). 20 characters each hold a 64-bit number and keep
+# the exporter's "job.step" label within MAX_VALUE_CHARS.
+MAX_SLURM_ID_CHARS = 20
+# LOCAL_RANK, RANK, WORLD_SIZE, SLURM_LOCALID, SLURM_PROCID: six digits is far above any
+# job (a million ranks), and int() of 5,000 digits raises instead of giving a number.
+MAX_SMALL_INT = 999_999
+# The kubelet's cpu_manager_state is an object three levels deep (entries, pod UID,
+# container name), about 100 bytes a container: 1 MiB holds thousands of pods.
+MAX_STATE_CHARS = 1 << 20
 ENV_KEYS = (
     b"SLURM_JOB_ID",
     b"SLURM_STEP_ID",
@@ -43,7 +58,10 @@ ENV_KEYS = (
 )
 NUMA_BINDING_MODES = ("node", "socket", "exclusive", "core-complex")
 
-_SLURM_PATH = re.compile(r"/job_(\d+)(?:/step_([A-Za-z0-9_.]+))?")
+# [0-9], not \d: \d also matches the digits of other scripts, which Slurm never writes.
+_SLURM_PATH = re.compile(r"/job_([0-9]+)(?:/step_([A-Za-z0-9_.]+))?")
+_SLURM_JOB_ID = re.compile(rf"[0-9]{{1,{MAX_SLURM_ID_CHARS}}}")
+_SLURM_STEP = re.compile(rf"[A-Za-z0-9_.]{{1,{MAX_SLURM_ID_CHARS}}}")
 _POD_SYSTEMD = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod([0-9a-f_]{32,36})\.slice")
 _POD_CGROUPFS = re.compile(r"/kubepods(?:/(burstable|besteffort))?/pod([0-9a-f-]{32,36})(?:/([0-9a-f]{12,64}))?")
 _CONTAINER_SYSTEMD = re.compile(r"(?:cri-containerd|crio|docker)-([0-9a-f]{12,64})\.scope")
@@ -118,11 +136,35 @@ def environ_values(data: bytes) -> dict[str, str]:
     return found
 
 
-def _small_int(text: str | None) -> int | None:
+def small_int(text: str | None) -> int | None:
+    """A rank or a count from the environment: ASCII digits, at most six (``LOCAL_RANK=²``
+    or ``١`` is no number: ``int`` would raise on the first and read the second as 1)."""
     if text is None:
         return None
     text = text.strip()
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= len(str(MAX_SMALL_INT)) else None
+
+
+def bounded_int(value: int | None) -> int | None:
+    """A recorded rank or count: the numbers ``small_int`` gives, else unknown."""
+    return value if value is not None and 0 <= value <= MAX_SMALL_INT else None
+
+
+def bounded_text(value: str | None) -> str | None:
+    """Text of at most ``MAX_VALUE_CHARS``, else unknown."""
+    return value if value is not None and len(value) <= MAX_VALUE_CHARS else None
+
+
+def slurm_job_id(value: str | None) -> str | None:
+    """A Slurm job id as Slurm writes it (ASCII digits, at most ``MAX_SLURM_ID_CHARS``), else
+    unknown."""
+    return value if value is not None and _SLURM_JOB_ID.fullmatch(value) else None
+
+
+def slurm_step(value: str | None) -> str | None:
+    """A Slurm step id or name (``0``, ``batch``, ``extern``), at most ``MAX_SLURM_ID_CHARS``,
+    else unknown."""
+    return value if value is not None and _SLURM_STEP.fullmatch(value) else None
 
 
 def cgroup_path(text: str) -> str | None:
@@ -145,8 +187,9 @@ def from_cgroup(path: str | None) -> Context:
     if not path:
         return Context()
     slurm = _SLURM_PATH.search(path) if ("slurm" in path) else None
-    if slurm:
-        return Context(scheduler="slurm", slurm_job_id=slurm.group(1), slurm_step=slurm.group(2))
+    if slurm:  # a cgroup's name is anyone's with a delegated subtree: bounded as the environment is
+        job, step = slurm_job_id(slurm.group(1)), slurm_step(slurm.group(2))
+        return Context(scheduler="slurm", slurm_job_id=job, slurm_step=step)
     pod = _POD_SYSTEMD.search(path)
     container = _CONTAINER_SYSTEMD.search(path)
     if pod:
@@ -182,9 +225,15 @@ def cpu_manager_exclusive(state: str, pod_uid: str) -> CpuSet | None:
     """The CPUs the kubelet's static CPU manager gave a pod's containers (their union),
     from ``cpu_manager_state`` JSON (``{"policyName": "static", "entries": {uid: {container:
     cpulist}}}``); None when the pod has no exclusive CPUs or the state is another policy's.
-    Malformed state raises ``ParseError``."""
+    Malformed state raises ``ParseError``, as does text longer than ``MAX_STATE_CHARS`` or
+    nested deeper than ``json.loads`` recurses (a file nested 100,000 deep raises
+    ``RecursionError`` there)."""
+    if len(state) > MAX_STATE_CHARS:
+        raise ParseError(f"cpu_manager_state is {len(state):,} characters, more than {MAX_STATE_CHARS:,}")
     try:
         data = json.loads(state)
+    except RecursionError:
+        raise ParseError("cpu_manager_state is nested too deep to be a CPU manager's state") from None
     except ValueError as exc:
         raise ParseError(f"cpu_manager_state is not JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("policyName") != "static":
@@ -212,7 +261,7 @@ def context_of(
     """One process's context from what could be read of it (None: unreadable)."""
     base = from_cgroup(cgroup)
     env = environ or {}
-    job = env.get("SLURM_JOB_ID")
+    job = slurm_job_id(env.get("SLURM_JOB_ID"))
     scheduler = base.scheduler or ("slurm" if job else None)
     exclusive = None
     if base.pod_uid and cpu_manager_state is not None:
@@ -223,16 +272,16 @@ def context_of(
     return Context(
         scheduler=scheduler,
         slurm_job_id=job or base.slurm_job_id,
-        slurm_step=env.get("SLURM_STEP_ID") or base.slurm_step,
-        slurm_local_id=_small_int(env.get("SLURM_LOCALID")),
-        slurm_proc_id=_small_int(env.get("SLURM_PROCID")),
+        slurm_step=slurm_step(env.get("SLURM_STEP_ID")) or base.slurm_step,
+        slurm_local_id=small_int(env.get("SLURM_LOCALID")),
+        slurm_proc_id=small_int(env.get("SLURM_PROCID")),
         pod_uid=base.pod_uid,
         qos=base.qos,
         container_id=base.container_id,
         exclusive_cpus=exclusive,
-        local_rank=_small_int(env.get("LOCAL_RANK")),
-        rank=_small_int(env.get("RANK")),
-        world_size=_small_int(env.get("WORLD_SIZE")),
+        local_rank=small_int(env.get("LOCAL_RANK")),
+        rank=small_int(env.get("RANK")),
+        world_size=small_int(env.get("WORLD_SIZE")),
         numa_binding=numa_binding(launcher_argv) if launcher_argv else None,
         from_environ=environ is not None,
     )

@@ -12,6 +12,13 @@ A recording keeps the command lines of the watched processes only (``private_sam
 the other processes are sampled as evidence of what else runs on the job's CPUs, and
 their command lines (shell setup, agents' flags, tokens passed as arguments) are not
 about the job.
+
+A live sample is bounded by the kernel; a file is not, so a sample is bounded where it is
+read (``MAX_THREADS_PER_PROCESS``, ``MAX_ROWS_PER_SAMPLE``, ``MAX_MASK_CPUS_PER_SAMPLE``),
+and one over a bound is refused with one ``ParseError`` naming its line before any of its
+rows is made a ``ThreadSample``. The line itself is decoded whole first, within the line
+cap of ``affmon.core.lines``: refusing a 61 MB line of 950,000 thread rows peaks at
+560 MB and takes 2.5 s (``affmon audit --replay``; it took 14 s and 1.4 GB to read it).
 """
 
 from __future__ import annotations
@@ -41,6 +48,22 @@ from affmon.core.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topol
 
 FORMAT_VERSION = 1
 
+# A real process rarely has more than ~30,000 threads (a JVM or a Go server with a
+# thread per connection); twice that is still a process. The kernel's own bound, pid_max
+# (4,194,304 at most), is no bound for a reader: a line of 64 MiB holds 1.1 million
+# minimal thread rows, and one of 950,000 took 1.4 GB to audit.
+MAX_THREADS_PER_PROCESS = 1 << 16
+# Rows of one sample: processes, their threads, GPUs and the GPUs' processes. Two
+# processes at the bound above; 13 times the 10,000 threads the monitor's costs are
+# measured at (docs/measurements.md).
+MAX_ROWS_PER_SAMPLE = 1 << 17
+# CPU ids of the distinct masks of one sample, summed: each distinct cpulist text is parsed
+# once (``_Masks``), and a parsed set holds one int per CPU (a 65,536-CPU one is 3.7 MiB,
+# so 100,000 distinct wide masks would be hundreds of GB). A machine of the most CPUs a
+# kernel is built for (8,192) with a mask per CPU, per NUMA node and per rank has about
+# 30,000; this bound is 32 masks of every CPU of such a machine (about 15 MB).
+MAX_MASK_CPUS_PER_SAMPLE = 1 << 18
+
 
 def _cpus(value: CpuSet | None) -> str | None:
     return None if value is None else format_cpulist(value)
@@ -52,6 +75,60 @@ def _set(value: Any) -> CpuSet | None:
     if not isinstance(value, str):
         raise ParseError(f"expected a cpulist string, got {type(value).__name__}")
     return parse_cpulist(value)
+
+
+class _Masks:
+    """The cpulists of one sample, each text parsed once and held once: nearly every thread
+    of a process has the mask its neighbours have, and a file may repeat a wide one in every
+    row. Refuses a sample whose distinct masks hold more than ``MAX_MASK_CPUS_PER_SAMPLE``
+    CPU ids together."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, CpuSet] = {}
+        self._cpus = 0
+
+    def __call__(self, value: Any) -> CpuSet | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ParseError(f"expected a cpulist string, got {type(value).__name__}")
+        found = self._parsed.get(value)
+        if found is None:
+            found = parse_cpulist(value)
+            self._cpus += len(found)
+            if self._cpus > MAX_MASK_CPUS_PER_SAMPLE:
+                raise ParseError(
+                    f"the sample's distinct CPU masks hold more than {MAX_MASK_CPUS_PER_SAMPLE:,} CPU ids; "
+                    "affmon reads no more"
+                )
+            self._parsed[value] = found
+        return found
+
+
+def _check_rows(d: dict[str, Any]) -> None:
+    """Refuse a sample over the bounds before any of its rows is read (processes,
+    threads, GPUs, the GPUs' processes, as written); what is not a list counts nothing
+    here (the readers refuse it)."""
+
+    def items(value: Any) -> list[Any]:
+        return value if isinstance(value, list) else []
+
+    processes, gpus = items(d.get("processes")), items(d.get("gpus"))
+    rows = len(processes) + len(gpus)
+    for p in processes:
+        threads = len(items(p.get("threads"))) if isinstance(p, dict) else 0
+        if threads > MAX_THREADS_PER_PROCESS:
+            pid = p.get("pid")
+            who = f"process {pid}" if type(pid) is int else "a process"
+            raise ParseError(
+                f"{who} has {threads:,} threads; affmon reads at most {MAX_THREADS_PER_PROCESS:,} a process"
+            )
+        rows += threads
+    rows += sum(len(items(g.get("processes"))) for g in gpus if isinstance(g, dict))
+    if rows > MAX_ROWS_PER_SAMPLE:
+        raise ParseError(
+            f"{rows:,} rows (processes, threads, GPUs); affmon reads at most {MAX_ROWS_PER_SAMPLE:,} a sample"
+        )
 
 
 def topology_to_json(t: Topology) -> dict[str, Any]:
@@ -123,14 +200,14 @@ def thread_to_json(t: ThreadSample) -> list[Any]:
 _THREAD_READERS = (read_int, read_int, read_str, read_str, *[read_opt_int] * 8)
 
 
-def thread_from_json(row: list[Any]) -> ThreadSample:
+def thread_from_json(row: list[Any], masks: _Masks | None = None) -> ThreadSample:
     row = read_list(row, "thread row")
     if len(row) != len(_THREAD_FIELDS) + 1:
         raise ParseError(f"thread row has {len(row)} fields, expected {len(_THREAD_FIELDS) + 1}")
     values: dict[str, Any] = {
         name: read(value, name) for name, read, value in zip(_THREAD_FIELDS, _THREAD_READERS, row, strict=False)
     }
-    return ThreadSample(**values, allowed_cpus=_set(row[-1]))
+    return ThreadSample(**values, allowed_cpus=(_Masks() if masks is None else masks)(row[-1]))
 
 
 def process_to_json(p: ProcessSample) -> dict[str, Any]:
@@ -165,9 +242,15 @@ def process_to_json(p: ProcessSample) -> dict[str, Any]:
     return data
 
 
-def process_from_json(d: dict[str, Any]) -> ProcessSample:
+def process_from_json(d: dict[str, Any], masks: _Masks | None = None) -> ProcessSample:
     d = read_dict(d, "process")
     pid = read_int(d["pid"], "pid")
+    rows = read_list(d["threads"], "threads")
+    if len(rows) > MAX_THREADS_PER_PROCESS:
+        raise ParseError(
+            f"process {pid} has {len(rows):,} threads; affmon reads at most {MAX_THREADS_PER_PROCESS:,} a process"
+        )
+    masks = _Masks() if masks is None else masks
     loop = d.get("loop")
     return ProcessSample(
         pid=pid,
@@ -177,9 +260,9 @@ def process_from_json(d: dict[str, Any]) -> ProcessSample:
         uid=read_opt_int(d["uid"], "uid"),
         user=read_opt_str(d["user"], "user"),
         cmdline=read_opt_str(d["cmdline"], "cmdline"),
-        mems_allowed=_set(d["mems_allowed"]),
-        cgroup_cpus=_set(d["cgroup_cpus"]),
-        threads=tuple(thread_from_json(r) for r in read_list(d["threads"], "threads")),
+        mems_allowed=masks(d["mems_allowed"]),
+        cgroup_cpus=masks(d["cgroup_cpus"]),
+        threads=tuple(thread_from_json(r, masks) for r in rows),
         gpu_indices=tuple(read_int(i, "gpu_indices") for i in read_list(d["gpu_indices"], "gpu_indices")),
         gpu_memory_bytes=read_opt_int(d["gpu_memory_bytes"], "gpu_memory_bytes"),
         watched=read_bool(d["watched"], "watched"),
@@ -261,11 +344,13 @@ def sample_to_json(s: Sample) -> dict[str, Any]:
 
 def sample_from_json(d: dict[str, Any]) -> Sample:
     d = read_dict(d, "sample")
+    _check_rows(d)
+    masks = _Masks()
     return Sample(
         monotonic_s=read_float(d["monotonic_s"], "monotonic_s"),
         wall_time_s=read_float(d["wall_time_s"], "wall_time_s"),
         duration_s=read_float(d["duration_s"], "duration_s"),
-        processes=tuple(process_from_json(p) for p in read_list(d["processes"], "processes")),
+        processes=tuple(process_from_json(p, masks) for p in read_list(d["processes"], "processes")),
         gpus=tuple(gpu_from_json(g) for g in read_list(d["gpus"], "gpus")),
     )
 

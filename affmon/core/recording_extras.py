@@ -1,13 +1,26 @@
 """The optional per-process parts of a recording: where its memory is (``memory``) and
 what placed it (``context``). Both are absent from recordings made before they were
-sampled, and from processes they were not read for; readers refuse malformed ones with
-one ``ParseError``."""
+sampled, and from processes they were not read for; readers refuse malformed ones (a
+value of the wrong type) with one ``ParseError``.
+
+A context value out of the bounds ``affmon.core.context`` keeps (text over 64
+characters, a job id that is not Slurm's, a rank over 999,999, a scheduler this affmon
+does not know) is read as unknown (None): one process's context, which a user can steer
+with a cgroup name, never makes the whole recording unreadable."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from affmon.core.context import MAX_VALUE_CHARS, NUMA_BINDING_MODES, Context
+from affmon.core.context import (
+    NUMA_BINDING_MODES,
+    Context,
+    bounded_int,
+    bounded_text,
+    slurm_job_id,
+    slurm_step,
+)
+from affmon.core.cpuset import MAX_CPU_ID
 from affmon.core.errors import ParseError
 from affmon.core.json_values import read_bool, read_dict, read_int, read_list, read_opt_int, read_opt_str
 from affmon.core.samples import NodeMemory
@@ -52,32 +65,41 @@ def context_to_json(c: Context) -> dict[str, Any]:
     return c.to_json()
 
 
-def _text(d: dict[str, Any], key: str, allowed: tuple[str, ...] | None = None) -> str | None:
+def _text(d: dict[str, Any], key: str) -> str | None:
+    return bounded_text(read_opt_str(d.get(key), f"context {key}"))
+
+
+def _one_of(d: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str | None:
     value = read_opt_str(d.get(key), f"context {key}")
-    if value is not None and (len(value) > MAX_VALUE_CHARS or (allowed is not None and value not in allowed)):
-        raise ParseError(f"context {key}: {value[:MAX_VALUE_CHARS]!r} is not a value affmon writes")
-    return value
+    return value if value in allowed else None
+
+
+def _int(d: dict[str, Any], key: str) -> int | None:
+    return bounded_int(read_opt_int(d.get(key), f"context {key}"))
+
+
+def _exclusive(value: Any) -> frozenset[int] | None:
+    if value is None:
+        return None
+    cpus = frozenset(read_int(c, "context exclusive_cpus") for c in read_list(value, "context exclusive_cpus"))
+    return cpus if all(0 <= cpu <= MAX_CPU_ID for cpu in cpus) else None
 
 
 def context_from_json(value: Any) -> Context:
     d = read_dict(value, "context")
-    cpus = d.get("exclusive_cpus")
-    exclusive = None
-    if cpus is not None:
-        exclusive = frozenset(read_int(c, "context exclusive_cpus") for c in read_list(cpus, "context exclusive_cpus"))
     return Context(
-        scheduler=_text(d, "scheduler", _SCHEDULERS),
-        slurm_job_id=_text(d, "slurm_job_id"),
-        slurm_step=_text(d, "slurm_step"),
-        slurm_local_id=read_opt_int(d.get("slurm_local_id"), "context slurm_local_id"),
-        slurm_proc_id=read_opt_int(d.get("slurm_proc_id"), "context slurm_proc_id"),
+        scheduler=_one_of(d, "scheduler", _SCHEDULERS),
+        slurm_job_id=slurm_job_id(read_opt_str(d.get("slurm_job_id"), "context slurm_job_id")),
+        slurm_step=slurm_step(read_opt_str(d.get("slurm_step"), "context slurm_step")),
+        slurm_local_id=_int(d, "slurm_local_id"),
+        slurm_proc_id=_int(d, "slurm_proc_id"),
         pod_uid=_text(d, "pod_uid"),
-        qos=_text(d, "qos", _QOS),
+        qos=_one_of(d, "qos", _QOS),
         container_id=_text(d, "container_id"),
-        exclusive_cpus=exclusive,
-        local_rank=read_opt_int(d.get("local_rank"), "context local_rank"),
-        rank=read_opt_int(d.get("rank"), "context rank"),
-        world_size=read_opt_int(d.get("world_size"), "context world_size"),
-        numa_binding=_text(d, "numa_binding", NUMA_BINDING_MODES),
+        exclusive_cpus=_exclusive(d.get("exclusive_cpus")),
+        local_rank=_int(d, "local_rank"),
+        rank=_int(d, "rank"),
+        world_size=_int(d, "world_size"),
+        numa_binding=_one_of(d, "numa_binding", NUMA_BINDING_MODES),
         from_environ=read_bool(d.get("from_environ", False), "context from_environ"),
     )

@@ -10,6 +10,12 @@ ignored); an empty value hides every GPU. Indexes count devices in ``CUDA_DEVICE
 FASTEST_FIRST by default; with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` they count in PCI bus
 order, as NVML indexes do. Without NVML (a recorded tree) indexes here count the
 topology's NVIDIA GPUs in PCI bus order, and UUIDs and MIG ids cannot be resolved.
+
+An index is ASCII digits: CUDA reads bytes, and a digit of another script (``١``) names
+no device, so the list stops there. One of more than ``MAX_INDEX_DIGITS`` significant
+digits is an index past every GPU (``int`` of 5,000 digits raises instead). The variable
+is the job's, of any length: messages quote an entry at most ``SHOWN_ENTRY_CHARS`` long
+and the whole value at most ``SHOWN_VALUE_CHARS``.
 """
 
 from __future__ import annotations
@@ -19,14 +25,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from affmon.core.errors import ParseError
-from affmon.core.fmt import term_safe
+from affmon.core.fmt import cut, term_safe
 from affmon.core.topology import Topology, normalize_bus_id
 
 _UUID_PREFIX = re.compile(r"GPU-[0-9a-fA-F-]+")
 # MIG-<uuid> (driver R470 and later) or MIG-GPU-<parent uuid>/<GPU instance>/<compute instance>
 _MIG_NEW = re.compile(r"MIG-[0-9a-fA-F-]+")
-_MIG_OLD = re.compile(r"MIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+")
+_MIG_OLD = re.compile(r"MIG-(GPU-[0-9a-fA-F-]+)/[0-9]+/[0-9]+")
 _BUS_ID = re.compile(r"(?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}\.[0-7]")
+MAX_INDEX_DIGITS = 6  # a million GPUs: past any machine
+SHOWN_ENTRY_CHARS = 80  # a MIG-GPU-<uuid>/<gi>/<ci> id is about 50
+SHOWN_VALUE_CHARS = 400  # the UUIDs of eight GPUs, comma-separated, are 327
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +77,7 @@ def job_gpus(topology: Topology, visible: str | None, refs: Sequence[GpuRef] | N
         shown = ", ".join(opened)
         source = f"the {len(opened)} GPU{'s' if len(opened) != 1 else ''} NVML can open ({shown})"
         return JobGpus(opened, _known(topology, opened), source)
-    source = f"CUDA_VISIBLE_DEVICES={term_safe(visible)}"
+    source = f"CUDA_VISIBLE_DEVICES={_shown(visible, SHOWN_VALUE_CHARS)}"
     entries = [e.strip() for e in visible.split(",")]
     if not visible.strip():
         return JobGpus((), (), source, ("CUDA_VISIBLE_DEVICES is empty: the job sees no GPU.",))
@@ -84,12 +93,11 @@ def job_gpus(topology: Topology, visible: str | None, refs: Sequence[GpuRef] | N
             rest = len(entries) - position - 1
             later = f" and the {rest} after it" if rest else ""
             warnings.append(
-                f"CUDA_VISIBLE_DEVICES entry {term_safe(entry)!r}{later} ignored: {problem}, "
-                "so CUDA stops the list there."
+                f"CUDA_VISIBLE_DEVICES entry {_shown(entry)!r}{later} ignored: {problem}, so CUDA stops the list there."
             )
             break
         devices.append(None)
-        why[len(devices) - 1] = f"CUDA_VISIBLE_DEVICES entry {term_safe(entry)!r} is not planned for: {problem}."
+        why[len(devices) - 1] = f"CUDA_VISIBLE_DEVICES entry {_shown(entry)!r} is not planned for: {problem}."
         warnings.append(why[len(devices) - 1])
     found = tuple(dict.fromkeys(b for b in devices if b is not None))
     unresolved = tuple(why.get(i) for i in range(len(devices)))
@@ -101,20 +109,34 @@ def select_gpus(topology: Topology, text: str, refs: Sequence[GpuRef] | None) ->
     (``0000:3b:00.0``, NVML's ``00000000:3B:00.0``, lspci's ``3b:00.0``)."""
     devices: list[str] = []
     for entry in (e.strip() for e in text.split(",")):
-        if entry.isdigit():
-            bus_id = gpu_by_index(int(entry), topology, refs)
+        index = _index(entry)
+        if index is not None:
+            bus_id = None if index < 0 else gpu_by_index(index, topology, refs)
             if bus_id is None:
                 count = len(refs) if refs is not None else len(_pci_order(topology))
-                raise ParseError(f"--gpus: no GPU {entry} ({count} GPUs, indexes from 0)")
+                raise ParseError(f"--gpus: no GPU {_shown(entry)} ({count} GPUs, indexes from 0)")
         elif _BUS_ID.fullmatch(entry):
             bus_id = normalize_bus_id(entry if entry.count(":") == 2 else f"0000:{entry}")
             if topology.gpu(bus_id) is None:
                 raise ParseError(f"--gpus: no GPU at PCI address {term_safe(entry)} in the topology")
         else:
-            raise ParseError(f"--gpus: {term_safe(entry)!r} is neither a GPU index nor a PCI bus id")
+            raise ParseError(f"--gpus: {_shown(entry)!r} is neither a GPU index nor a PCI bus id")
         devices.append(bus_id)
     found = tuple(dict.fromkeys(devices))
-    return JobGpus(tuple(devices), found, f"--gpus {term_safe(text)}")
+    return JobGpus(tuple(devices), found, f"--gpus {_shown(text, SHOWN_VALUE_CHARS)}")
+
+
+def _index(entry: str) -> int | None:
+    """A device index: ASCII digits (None: not an index; -1: more than ``MAX_INDEX_DIGITS``
+    significant digits, an index past every GPU)."""
+    if not (entry.isascii() and entry.isdigit()):
+        return None
+    return -1 if len(entry.lstrip("0")) > MAX_INDEX_DIGITS else int(entry)
+
+
+def _shown(text: str, limit: int = SHOWN_ENTRY_CHARS) -> str:
+    """Text of the job's, for a message: escaped, at most ``limit`` long."""
+    return term_safe(cut(text, limit))
 
 
 def _pci_order(topology: Topology) -> tuple[str, ...]:
@@ -153,8 +175,9 @@ def _by_uuid(prefix: str, refs: Sequence[GpuRef]) -> Resolved:
 def _resolve_entry(entry: str, topology: Topology, refs: Sequence[GpuRef] | None) -> Resolved:
     """One entry as a bus id, or why not and whether CUDA rejects it (hiding it and every
     later entry) rather than affmon failing to resolve it."""
-    if entry.isdigit():
-        bus_id = gpu_by_index(int(entry), topology, refs)
+    index = _index(entry)
+    if index is not None:
+        bus_id = None if index < 0 else gpu_by_index(index, topology, refs)
         if bus_id is None:
             return None, "there is no GPU with that index", True
         return bus_id, None, False
