@@ -172,7 +172,8 @@ def l3_span(l3_of: dict[int, int], units: Iterable[CpuSet]) -> int:
 
 
 def union(units: Iterable[CpuSet]) -> CpuSet:
-    return EMPTY.union(*units)
+    """The union of CPU sets, each distinct set once (many threads share one mask)."""
+    return EMPTY.union(*set(units))
 
 
 # --------------------------------------------------------------------------------------

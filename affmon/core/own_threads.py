@@ -57,11 +57,10 @@ def pool_of(job: Job, topology: Topology) -> CpuSet:
 
 def job_cpus(job: Job, topology: Topology) -> CpuSet:
     """The union of the masks of the job's threads (online ones): the CPUs the job runs on."""
-    found: set[int] = set()
-    for _, th in job.threads():
-        if th.sample.allowed_cpus:
-            found |= th.sample.allowed_cpus
-    return frozenset(found) & topology.online_cpus
+    # The distinct masks first (a process's threads share one mask object, or equal ones):
+    # a union per thread of 65,536-CPU masks was most of a replay's time.
+    masks = {th.sample.allowed_cpus for _, th in job.threads() if th.sample.allowed_cpus}
+    return frozenset().union(*masks) & topology.online_cpus
 
 
 # Threads PyTorch names itself (``c10::setThreadName``), by their name's start.
