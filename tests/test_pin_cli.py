@@ -314,3 +314,15 @@ def test_exec_gives_the_command_the_rank_thread_budget(tmp_path, monkeypatch):
     out = affmon("exec", "--root", str(other), "--gpu", "0", "--", sys.executable, "-c", BUDGET_PROBE)
     assert out.returncode == 0 and out.stdout.split() == ["None", "None"], out
     assert "cannot pin to CPUs" in out.stderr
+
+
+def test_exec_says_when_the_cpuset_keeps_only_part_of_the_plan(tmp_path):
+    """Another machine's plan whose CPUs this machine has only in part: the kernel pins to
+    the intersection, and exec says so instead of passing it for the plan."""
+    cpus = usable_cpus()
+    absent = max(cpus) + 1
+    wide_gpu_tree(tmp_path, [cpus[0], absent])
+    out = affmon("exec", "--root", str(tmp_path), "--gpu", "0", "--", sys.executable, "-c", BUDGET_PROBE)
+    assert out.returncode == 0, out.stderr
+    assert f"pinned to CPUs {cpus[0]}, the part of the plan's" in out.stderr and len(out.stderr.splitlines()) == 1
+    assert out.stdout.split() == ["1", "1"]  # the budget of the CPU it got

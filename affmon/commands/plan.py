@@ -212,6 +212,16 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if mine is not None:
         try:
             os.sched_setaffinity(0, mine.cpus)
+            got = frozenset(os.sched_getaffinity(0))
+            if got != mine.cpus:
+                # The kernel keeps the plan's CPUs that this process's cpuset allows: another
+                # machine's plan (--root), or a cpuset narrower than the plan, runs on fewer.
+                sys.stderr.write(
+                    f"affmon: warning: pinned to CPUs {format_cpulist(got)}, the part of the plan's "
+                    f"{format_cpulist(mine.cpus)} that this process's cpuset allows\n"
+                )
+                if budget:
+                    budget = budget_env(len(got), args.workers)
             os.environ.update(budget or {})  # a budget for CPUs it got, not for a plan it could not apply
         except OSError as exc:
             problem = f"cannot pin to CPUs {format_cpulist(mine.cpus)}: {exc.strerror} (outside this process's cpuset?)"
