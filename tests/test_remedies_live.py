@@ -193,3 +193,16 @@ def test_a_loop_fed_by_busy_workers_is_not_stalled() -> None:
     b = breakdown(window, gpu_busy=0.0)
     assert b is not None
     assert "STALLED" not in [f.code for f in evaluate_loop(b, workers)]
+
+
+def test_a_loop_bound_finding_says_where_the_loop_ran_by_its_python_frames():
+    """The step loop (``remedy_workload.py step``) spends its CPU time in ``spin``, called by
+    ``step`` and ``own_loop``: LOOP_BOUND names that place with most of the probes."""
+    with spawned(WORKLOAD, "step") as info:
+        window = watch(info["pid"], 2.5)
+    b = breakdown(window, gpu_busy=0.2)
+    assert b is not None
+    (found,) = [f for f in evaluate_loop(b, window.workers, window=window) if f.code == "LOOP_BOUND"]
+    where = found.evidence["where"]
+    assert where and "spin (remedy_workload.py)" in where[0]["place"], where
+    assert where[0]["share"] >= 0.5  # the loop is in spin most of its time; the rest in sleep's caller

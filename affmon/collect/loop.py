@@ -45,13 +45,14 @@ from dataclasses import dataclass, replace
 
 from affmon.collect.fs import UNAVAILABLE, is_live, list_dir, read_file, read_text, resolve
 from affmon.collect.procfs import ProcFs
-from affmon.collect.pyframes import DATA_LOADING_FILES, PythonStacks, in_frames
+from affmon.collect.pyframes import DATA_LOADING_FILES, PythonStacks, frame_label, in_frames
 from affmon.core.errors import ParseError
 from affmon.core.loop import (
     FD_DATA,
     FD_FIRST,
     FD_SET,
     STALL_CPUS,
+    TOP_FRAMES,
     UNKNOWN,
     LoopWindow,
     Probe,
@@ -67,6 +68,7 @@ MAX_POLL_FDS = 64  # fds of one poll read from memory; a DataLoader's waits have
 MAX_SELECT_FDS = 1024  # FD_SETSIZE
 MAX_FEEDERS = 4
 MAX_WAITS = 64  # worker threads whose sleeping place is read for a stalled pipeline
+MAX_FRAME_LABELS = 256  # distinct places counted in one interval (a loop has a handful)
 # multiprocessing's helper processes, by the module their command line runs
 MP_HELPERS = (b"multiprocessing.resource_tracker", b"multiprocessing.forkserver", b"multiprocessing.semaphore_tracker")
 FEEDER_RETRY_S = 0.5  # while the loop waits in a futex and no feeder is known, look for one this often
@@ -149,6 +151,7 @@ class LoopSampler:
         self.stacks = PythonStacks(pid, self.tid, root)
         self._frame_probes = 0
         self._data_probes = 0
+        self._where: Counter[str] = Counter()  # running probes by where the stack was (frame_label)
         self.start_ticks = self._start_ticks()  # with the TID, the thread's identity
         self._refresh()
         self._mark = self._take_mark()
@@ -259,6 +262,9 @@ class LoopSampler:
             self._frame_probes += 1
             if in_frames(stack, DATA_LOADING_FILES):
                 self._data_probes += 1
+            label = frame_label(stack)
+            if label is not None and (label in self._where or len(self._where) < MAX_FRAME_LABELS):
+                self._where[label] += 1
 
     # -- the rank's workers and feeder threads -----------------------------------------
 
@@ -401,6 +407,7 @@ class LoopSampler:
         counts, self._counts = self._counts, Counter()
         frames, data = self._frame_probes, self._data_probes
         self._frame_probes = self._data_probes = 0
+        where, self._where = self._where, Counter()
         self._mark = new
         both = None not in (old.run_ns, new.run_ns, old.wait_ns, new.wait_ns)
         return LoopWindow(
@@ -415,6 +422,7 @@ class LoopSampler:
             frame_probes=frames if frames else None,
             data_probes=data if frames else None,
             frames_unavailable=self.stacks.unavailable,
+            top_frames=tuple(where.most_common(TOP_FRAMES)),
         )
 
 

@@ -90,6 +90,34 @@ class Frame:
     name: str  # co_name
 
 
+# Where installed libraries and the standard library live: a frame elsewhere is the user's code.
+LIBRARY_PATHS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")
+MAX_LABEL = 120
+
+
+def _short(filename: str) -> str:
+    """A frame's file as a person reads it: the package path under site-packages, else the
+    file's name."""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in filename:
+            return filename.rsplit(marker, 1)[1]
+    return filename.rsplit("/", 1)[-1]
+
+
+def frame_label(stack: Sequence[Frame]) -> str | None:
+    """Where a running stack is, for a person: the innermost frame of the user's own code
+    (``train_step (train.py)``) and, when the innermost frame is a library's, that one too
+    (``train_step (train.py) > _single_tensor_sgd (torch/optim/sgd.py)``). None for an
+    empty stack."""
+    if not stack:
+        return None
+    inner = stack[0]
+    mine = next((f for f in stack if not any(m in f.filename for m in LIBRARY_PATHS)), None)
+    here = f"{inner.name} ({_short(inner.filename)})"
+    label = here if mine is None or mine is inner else f"{mine.name} ({_short(mine.filename)}) > {here}"
+    return label[:MAX_LABEL]
+
+
 def in_frames(stack: Sequence[Frame], markers: Sequence[str]) -> bool:
     """Whether any frame's file name contains one of ``markers``."""
     return any(marker in frame.filename for frame in stack for marker in markers)

@@ -79,6 +79,10 @@ def findings_text(findings: list[Finding], snap: Snapshot, intervals: int, *, pa
             lines.append(f"[{f.severity}] {f.code} {who}: {term_safe(f.message)}")
             if f.remedy:
                 lines.append(f"    what to change: {term_safe(f.remedy)}")
+            where = f.evidence.get("where")
+            if isinstance(where, list) and where:
+                lines.append("    where the loop ran (share of the probes that read its Python stack):")
+                lines += [f"      {p.get('share', 0):.0%}  {term_safe(str(p.get('place')))}" for p in where[:5]]
         suggestion = next((f.suggestion for f in group if f.suggestion), None)
         if suggestion is None:
             continue

@@ -251,6 +251,9 @@ class LoopWindow:
     frame_probes: int | None = None
     data_probes: int | None = None
     frames_unavailable: str | None = None
+    # Where the running probes found the loop (``pyframes.frame_label``: the user's own
+    # frame, and the library's it was in), the most found first, with their counts.
+    top_frames: tuple[tuple[str, int], ...] = ()
 
     @property
     def probes_taken(self) -> int:
@@ -302,7 +305,16 @@ def merge_windows(windows: list[LoopWindow]) -> LoopWindow:
         frame_probes=_sum_known([w.frame_probes for w in windows]),
         data_probes=_sum_known([w.data_probes for w in windows]),
         frames_unavailable=windows[-1].frames_unavailable,
+        top_frames=_merged_frames(windows),
     )
+
+
+def _merged_frames(windows: list[LoopWindow]) -> tuple[tuple[str, int], ...]:
+    counts: dict[str, int] = {}
+    for w in windows:
+        for label, n in w.top_frames:
+            counts[label] = counts.get(label, 0) + n
+    return tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_FRAMES])
 
 
 def _sum_known(values: list[int | None]) -> int | None:
@@ -366,6 +378,7 @@ class LoopBreakdown:
 
 
 SPIN_GPU_BUSY = 0.9
+TOP_FRAMES = 5  # places a window keeps, the most found first
 # Workers that together ran less than this many CPUs over an interval may all be asleep:
 # the collector then reads where each of their threads sleeps (``WorkerStats.waits``).
 STALL_CPUS = 0.05

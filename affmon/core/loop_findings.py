@@ -36,6 +36,7 @@ from affmon.core.loop import (
     SPIN_GPU_BUSY,
     STALL_CPUS,
     LoopBreakdown,
+    LoopWindow,
     TaskWait,
     WorkerStats,
     describe,
@@ -251,7 +252,10 @@ _REMEDY: dict[str, Callable[[dict[str, Any]], str | None]] = {
 
 
 def rule_loop_bound(
-    b: LoopBreakdown, t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS, workers: WorkerStats | None = None
+    b: LoopBreakdown,
+    t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS,
+    workers: WorkerStats | None = None,
+    window: LoopWindow | None = None,
 ) -> list[Finding]:
     if b.gpu_busy is None or not judged(b) or verdict(b, t) != "loop_bound":
         return []
@@ -264,10 +268,18 @@ def rule_loop_bound(
             (b.tid,),
             f"{gpu} while the training loop runs its step on the CPU {b.step_share:.0%} of the time: the step's "
             "own Python and kernel launches are the limit" + _unsure(b, workers),
-            _evidence(b),
+            {**_evidence(b), **({"where": where} if (where := top_places(window)) else {})},
             remedy="cut the step's CPU work: larger batches, fewer small ops, CUDA graphs or torch.compile",
         )
     ]
+
+
+def top_places(window: LoopWindow | None) -> list[dict[str, Any]]:
+    """Where the loop's running probes found its Python stack, each with its share of the
+    probes whose stack was read: the "which line" of a loop-bound job."""
+    if window is None or not window.frame_probes:
+        return []
+    return [{"place": label, "share": round(n / window.frame_probes, 3)} for label, n in window.top_frames]
 
 
 def _unsure(b: LoopBreakdown, workers: WorkerStats | None) -> str:
@@ -334,10 +346,15 @@ def rule_stalled(
 
 
 def evaluate_loop(
-    b: LoopBreakdown, workers: WorkerStats | None, t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS, *, stalls: bool = True
+    b: LoopBreakdown,
+    workers: WorkerStats | None,
+    t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS,
+    *,
+    stalls: bool = True,
+    window: LoopWindow | None = None,
 ) -> list[Finding]:
     """Both rules on one rank's interval; empty for a GPU-bound (healthy) loop."""
     stalled = rule_stalled(b, workers, t) if stalls else []
     if stalled:  # the input's cause is named: no INPUT_BOUND advice about workers that sleep
         return stalled
-    return rule_input_bound(b, workers, t) + rule_loop_bound(b, t, workers)
+    return rule_input_bound(b, workers, t) + rule_loop_bound(b, t, workers, window)

@@ -15,7 +15,7 @@ from typing import Any
 
 from affmon.core.findings import Finding
 from affmon.core.loop import SHARES, LoopBreakdown, LoopWindow, breakdown, describe, merge_windows
-from affmon.core.loop_findings import DEFAULT_LOOP_THRESHOLDS, LoopThresholds, evaluate_loop, verdict
+from affmon.core.loop_findings import DEFAULT_LOOP_THRESHOLDS, LoopThresholds, evaluate_loop, top_places, verdict
 from affmon.core.rates import Snapshot
 from affmon.core.samples import ProcessSample, Sample
 
@@ -100,6 +100,8 @@ class LoopReport:
             "samples": w.probes_taken,
             "verdict": self.verdict,
             "line": self.line,
+            "where": top_places(w),
+            "frames_unavailable": w.frames_unavailable,
             "workers": None
             if workers is None
             else {
@@ -128,7 +130,11 @@ def report(
     line = describe(b)
     if b.unavailable is not None:
         line += f" (blocked time not split: {b.unavailable})"
-    return LoopReport(pid, name, window, b, verdict(b, t), line, b.unavailable)
+    said = verdict(b, t)
+    if window.frames_unavailable is not None and said in ("loop_bound", "input_bound"):
+        # Whether the loop's CPU time is its step or its data, and where, come from its frames.
+        line += f" (Python frames not read: {window.frames_unavailable})"
+    return LoopReport(pid, name, window, b, said, line, b.unavailable)
 
 
 def loop_reports(snapshot: Snapshot, t: LoopThresholds = DEFAULT_LOOP_THRESHOLDS) -> dict[int, LoopReport]:
@@ -173,5 +179,5 @@ def loop_findings(reports: Mapping[int, LoopReport], t: LoopThresholds = DEFAULT
     found: list[Finding] = []
     for r in reports.values():
         if r.breakdown is not None:
-            found += evaluate_loop(r.breakdown, r.window.workers, t, stalls=r.training)
+            found += evaluate_loop(r.breakdown, r.window.workers, t, stalls=r.training, window=r.window)
     return found

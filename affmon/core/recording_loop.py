@@ -8,8 +8,9 @@ breakdown, the verdict and the findings again from them (with its own thresholds
 ``"frame_probes"``, ``"data_probes"`` (running probes whose Python stack was read, and of
 those, in a data loader's frames), ``"frames_unavailable"`` (why no stack was read), and
 ``"worker_waits": [[pid, tid, state, wchan, syscall], ...]`` (where a stalled pipeline's
-worker threads slept, at most ``MAX_WAITS``). The key is absent from recordings made without
-the probe, and from samples it did not cover. Pure."""
+worker threads slept, at most ``MAX_WAITS``), ``"top_frames": [[place, count], ...]``
+(where the running probes found the loop's Python stack, at most ``TOP_FRAMES``). The key
+is absent from recordings made without the probe, and from samples it did not cover. Pure."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from affmon.core.json_values import (
     read_opt_int,
     read_opt_str,
 )
-from affmon.core.loop import BLOCKED_SHARES, RUNNING, UNKNOWN, LoopWindow, TaskWait, WorkerStats
+from affmon.core.loop import BLOCKED_SHARES, RUNNING, TOP_FRAMES, UNKNOWN, LoopWindow, TaskWait, WorkerStats
 
 PROBE_CLASSES = frozenset({RUNNING, UNKNOWN, *BLOCKED_SHARES})
 
@@ -49,6 +50,7 @@ def window_to_json(w: LoopWindow) -> dict[str, Any]:
         "rate_hz": w.rate_hz,
         **({} if w.frame_probes is None else {"frame_probes": w.frame_probes, "data_probes": w.data_probes}),
         **({} if w.frames_unavailable is None else {"frames_unavailable": w.frames_unavailable}),
+        **({} if not w.top_frames else {"top_frames": [[label, n] for label, n in w.top_frames]}),
         **(
             {}
             if workers is None or not workers.waits
@@ -145,7 +147,23 @@ def window_from_json(d: Any, pid: int) -> LoopWindow:
         frame_probes=_opt_count(d.get("frame_probes"), "loop frame_probes"),
         data_probes=_opt_count(d.get("data_probes"), "loop data_probes"),
         frames_unavailable=_text(d.get("frames_unavailable"), "loop frames_unavailable"),
+        top_frames=_top_frames(d.get("top_frames")),
     )
+
+
+def _top_frames(value: Any) -> tuple[tuple[str, int], ...]:
+    if value is None:
+        return ()
+    rows = read_list(value, "loop top_frames")
+    if len(rows) > TOP_FRAMES:
+        raise ParseError(f"loop top_frames: {len(rows)} places, at most {TOP_FRAMES}")
+    found = []
+    for raw in rows:
+        row = read_list(raw, "loop top_frames row")
+        if len(row) != 2:
+            raise ParseError(f"loop top_frames row has {len(row)} fields, expected 2")
+        found.append((_text(row[0], "loop top_frames place") or "?", _count(row[1], "loop top_frames count")))
+    return tuple(found)
 
 
 def _with_waits(workers: WorkerStats | None, waits: tuple[TaskWait, ...]) -> WorkerStats | None:

@@ -110,6 +110,9 @@ def _evidence(value: Any) -> str:
         return "; ".join(
             fmt.term_safe(f"{v.get('pid')} {v.get('role', '')} {v['busy_threads']} busy") for v in value[:6]
         )
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "place" in v for v in value):
+        # LOOP_BOUND's where: "62% train_step (train.py); 20% ..."
+        return "; ".join(fmt.term_safe(f"{float(v.get('share') or 0):.0%} {v['place']}") for v in value[:5])
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, list | dict):
