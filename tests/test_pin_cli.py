@@ -326,3 +326,23 @@ def test_exec_says_when_the_cpuset_keeps_only_part_of_the_plan(tmp_path):
     assert out.returncode == 0, out.stderr
     assert f"pinned to CPUs {cpus[0]}, the part of the plan's" in out.stderr and len(out.stderr.splitlines()) == 1
     assert out.stdout.split() == ["1", "1"]  # the budget of the CPU it got
+
+
+def test_the_undo_a_pin_suggests_runs_as_printed(state):
+    """The pin's last line names a command; run as printed, it undoes that pin."""
+    import re
+    import shlex
+
+    cpus = usable_cpus()
+    with workload("--cpus", ",".join(map(str, cpus)), "--sleepers", "1") as w:
+        before = masks(w["pid"])
+        out = affmon("pin", str(w["pid"]), "--cpus", str(cpus[0]))
+        assert out.returncode == 0, out.stderr
+        hint = re.search(r"`(affmon undo[^`]*)`", out.stdout)
+        assert hint is not None, out.stdout
+        args = shlex.split(hint.group(1))[1:]
+        undone = affmon(*args)
+        assert undone.returncode == 0, undone.stderr
+        assert masks(w["pid"]) == before
+        again = affmon(*args)  # nothing left: an outcome, not an error
+        assert again.returncode == 0 and "nothing to undo" in again.stderr

@@ -245,14 +245,23 @@ def _lease_first(pid: int, *, force: bool, dry_run: bool) -> None:
 
 
 def cmd_undo(args: argparse.Namespace) -> int:
-    """Nothing to undo is an outcome, not bad input: ``--all`` then succeeds (it is safe to
-    run again), ``undo PID`` fails (that PID's pin was not undone), one line either way."""
+    """Nothing to undo is an outcome, not bad input: ``--all`` and a bare ``undo`` (the
+    newest pin) then succeed (safe to run again), ``undo PID`` fails (that PID's pin was not
+    undone), one line either way."""
     path = default_journal_path()
     if not path.exists():
         sys.stderr.write(f"affmon: nothing to undo: no journal at {path}\n")
-        return 0 if args.all else EXIT_FAILED
+        return EXIT_FAILED if args.pid is not None else 0
     pid = None if args.all else args.pid
-    if pid is not None:
+    if pid is None and not args.all:
+        # Bare `affmon undo`, what a pin's last line suggests: the newest pin still in force.
+        journal = Journal(path)
+        live = [e for e in journal.entries() if e.state in ("pending", "applied")]
+        if not live:
+            sys.stderr.write(f"affmon: nothing to undo: no pin of affmon is in force (journal {path})\n")
+            return 0
+        pid = live[-1].pid
+    elif pid is not None:
         # A TID names its process, as for pin; a number that names nothing now is kept, so
         # the pin of a process that has exited can still be undone (its isolated neighbours).
         tgid = tgid_of(ProcFs("/"), pid)
