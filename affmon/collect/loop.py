@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from affmon.collect.fs import UNAVAILABLE, is_live, list_dir, read_file, read_text, resolve
+from affmon.collect.permission import why_not_readable
 from affmon.collect.procfs import ProcFs
 from affmon.collect.pyframes import DATA_LOADING_FILES, PythonStacks, frame_label, in_frames
 from affmon.core.errors import ParseError
@@ -422,7 +423,8 @@ class LoopSampler:
             frame_probes=frames if frames else None,
             data_probes=data if frames else None,
             frames_unavailable=self.stacks.unavailable,
-            top_frames=tuple(where.most_common(TOP_FRAMES)),
+            top_frames=tuple(sorted(where.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_FRAMES]),
+            refused_why=None if self.syscall_readable else why_not_readable(),
         )
 
 

@@ -67,6 +67,7 @@ from affmon.collect.cpython_layout import (
     unicode_data,
 )
 from affmon.collect.fs import is_live
+from affmon.collect.permission import why_not_readable
 
 # File names of frames that load data: PyTorch's DataLoader, torchdata, webdataset.
 DATA_LOADING_FILES: tuple[str, ...] = ("/torch/utils/data/", "/torchdata/", "/webdataset/")
@@ -77,6 +78,14 @@ MAX_INTERPRETERS = 64
 MAX_CODE_CACHE = 4096
 FRAME_OWNED_BY_CSTACK = 3  # 3.12+: an entry frame the C stack owns (no Python function)
 PERMISSION = "reading the process's memory needs ptrace permission: the same user, or root"
+
+
+def permission_refused() -> str:
+    """Why reading the process's memory was refused, said for who is asking (to root, what
+    actually stopped it)."""
+    return f"reading the process's memory {why_not_readable()}"
+
+
 EXITED = "the process has exited (or /proc hides it from this user: hidepid)"
 _ADDRESS_END = 1 << 48  # user-space addresses on x86_64 and aarch64 (4-level page tables) lie below
 _SYMBOLS = ("_PyRuntime", "PyCode_Type", "PyUnicode_Type", "Py_Version")
@@ -195,7 +204,7 @@ class PythonStacks:
         where it will not change: gone, not permitted, no memory. Anything else (an address
         unmapped meanwhile: EIO) fails this read only."""
         if isinstance(exc, PermissionError):
-            self.unavailable = PERMISSION
+            self.unavailable = permission_refused()
         elif isinstance(exc, (FileNotFoundError, ProcessLookupError)):
             self.unavailable = NO_MEMORY if os.path.exists(f"/proc/{self.pid}") else EXITED
 
@@ -240,7 +249,7 @@ class PythonStacks:
             fd = os.open(f"/proc/{self.pid}/root{path}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
         except OSError as exc:
             if isinstance(exc, PermissionError):
-                raise _Unavailable(PERMISSION) from None
+                raise _Unavailable(permission_refused()) from None
             return f"cannot be opened ({exc.strerror})"
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):

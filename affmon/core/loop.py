@@ -254,6 +254,9 @@ class LoopWindow:
     # Where the running probes found the loop (``pyframes.frame_label``: the user's own
     # frame, and the library's it was in), the most found first, with their counts.
     top_frames: tuple[tuple[str, int], ...] = ()
+    # Why the syscall file was refused, said for who asked (``collect.permission``); None
+    # where it was read, or the collector did not say.
+    refused_why: str | None = None
 
     @property
     def probes_taken(self) -> int:
@@ -306,6 +309,7 @@ def merge_windows(windows: list[LoopWindow]) -> LoopWindow:
         data_probes=_sum_known([w.data_probes for w in windows]),
         frames_unavailable=windows[-1].frames_unavailable,
         top_frames=_merged_frames(windows),
+        refused_why=windows[-1].refused_why,
     )
 
 
@@ -407,7 +411,8 @@ def breakdown(window: LoopWindow, gpu_busy: float | None, spin_gpu_busy: float =
     else:
         shares[OTHER] = blocked
         if not window.syscall_readable:
-            unavailable = "the thread's syscall file is not readable (needs ptrace permission: the same user, or root)"
+            why = window.refused_why or "needs ptrace permission: the same user, or root"
+            unavailable = f"the thread's syscall file is not readable ({why})"
         elif blocked >= 0.05:
             unavailable = "no probe found the thread blocked"
     spin = 0.0

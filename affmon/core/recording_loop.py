@@ -51,6 +51,7 @@ def window_to_json(w: LoopWindow) -> dict[str, Any]:
         **({} if w.frame_probes is None else {"frame_probes": w.frame_probes, "data_probes": w.data_probes}),
         **({} if w.frames_unavailable is None else {"frames_unavailable": w.frames_unavailable}),
         **({} if not w.top_frames else {"top_frames": [[label, n] for label, n in w.top_frames]}),
+        **({} if w.refused_why is None else {"refused_why": w.refused_why}),
         **(
             {}
             if workers is None or not workers.waits
@@ -148,6 +149,7 @@ def window_from_json(d: Any, pid: int) -> LoopWindow:
         data_probes=_opt_count(d.get("data_probes"), "loop data_probes"),
         frames_unavailable=_text(d.get("frames_unavailable"), "loop frames_unavailable"),
         top_frames=_top_frames(d.get("top_frames")),
+        refused_why=_text(d.get("refused_why"), "loop refused_why"),
     )
 
 
