@@ -248,3 +248,18 @@ def test_exec_runs_unpinned_when_the_plan_cannot_be_applied(dgx_root: Path) -> N
     else:
         assert out.stdout.strip() == str(sorted(os.sched_getaffinity(0)))
         assert len(out.stderr.splitlines()) == 1 and "cannot pin to CPUs 48-55,176-183" in out.stderr
+
+
+def test_exec_from_env_with_two_ranks_a_gpu_puts_local_ranks_0_and_1_on_the_first_gpu(dgx_root: Path) -> None:
+    """torchrun with 2 ranks per GPU: local ranks 0 and 1 share the first GPU (its two slots),
+    2 and 3 the second, as the plan says."""
+    out = affmon("plan", "--root", str(dgx_root), "--gpus", "0,1", "--ranks-per-gpu", "2", "--json", env={})
+    plans = json.loads(out.stdout)["plans"]
+    by_gpu_slot = {(p["pci_bus_id"], p["rank"]): p["cpus"] for p in plans}
+    first, second = BUS_IDS[0], BUS_IDS[1]
+    for local_rank, (bus, slot) in enumerate([(first, 0), (first, 1), (second, 0), (second, 1)]):
+        env = {"CUDA_VISIBLE_DEVICES": "0,1", "LOCAL_RANK": str(local_rank)}
+        args = ("exec", "--root", str(dgx_root), "--from-env", "--ranks-per-gpu", "2", "--dry-run", "--", "x")
+        said = affmon(*args, env=env)
+        assert said.returncode == 0, said.stderr
+        assert said.stdout.startswith(f"would pin to CPUs {by_gpu_slot[(bus, slot)]} (GPU {bus}, rank {slot})"), said

@@ -31,8 +31,13 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("affmon.nvml", {"affmon.core", "affmon.nvml"}),
     ("affmon.actions", {"affmon.core", "affmon.collect", "affmon.actions"}),
     ("affmon.sources", {"affmon.core", "affmon.collect", "affmon.nvml", "affmon.sources"}),
+    # The in-script placement API: a library a training script imports, below every front end.
+    (
+        "affmon.place",
+        {"affmon.core", "affmon.collect", "affmon.nvml", "affmon.actions", "affmon.sources", "affmon.place"},
+    ),
 ]
-BELOW_FRONT_ENDS = {"affmon.core", "affmon.collect", "affmon.nvml", "affmon.actions", "affmon.sources"}
+BELOW_FRONT_ENDS = {"affmon.core", "affmon.collect", "affmon.nvml", "affmon.actions", "affmon.sources", "affmon.place"}
 FRONT_ENDS = {"affmon.tui", "affmon.export", "affmon.commands"}
 LAUNCHERS = {"affmon.commands.tui": "affmon.tui", "affmon.commands.export": "affmon.export"}
 
@@ -61,7 +66,8 @@ def imports(path: Path) -> set[str]:
 
 
 def layer_of(name: str) -> str:
-    for prefix in ("affmon.core", "affmon.collect", "affmon.nvml", "affmon.actions", "affmon.sources", *FRONT_ENDS):
+    below = ("affmon.core", "affmon.collect", "affmon.nvml", "affmon.actions", "affmon.sources", "affmon.place")
+    for prefix in (*below, *FRONT_ENDS):
         if name == prefix or name.startswith(prefix + "."):
             return prefix
     return name
@@ -102,6 +108,8 @@ def test_the_contract_can_fail() -> None:
     assert not allowed("affmon.sources.stream", "affmon.actions.journal")
     assert allowed("affmon.commands.tui", "affmon.tui.app")
     assert allowed("affmon.tui.pinner", "affmon.actions.pin")
+    assert not allowed("affmon.place.planning", "affmon.commands.plan")
+    assert allowed("affmon.commands.plan", "affmon.place.planning")
     assert sum(1 for p in MODULES if imports(p)) > 50  # the parser sees the imports there are
 
 

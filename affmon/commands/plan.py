@@ -17,7 +17,8 @@ from affmon.core.errors import AffmonError
 from affmon.core.fmt import cut, term_safe
 from affmon.core.own_threads import thread_budget
 from affmon.core.planner import MachinePlan, RankPlan, plan_machine
-from affmon.core.visible import JobGpus, gpu_by_index, job_gpus
+from affmon.core.visible import JobGpus
+from affmon.place.planning import CannotPlan, LocalRank, plan_rank
 from affmon.sources.job_gpus import find_job_gpus, nvml_gpu_refs
 from affmon.sources.live import load_topology
 
@@ -86,15 +87,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 # -- exec ----------------------------------------------------------------------------
 
 
-class CannotPlan(AffmonError):
-    """exec found no plan for this rank: it runs the command unpinned (``--strict``: fails).
-    ``warnings`` are what was said on the way (``--dry-run`` shows them)."""
-
-    def __init__(self, message: str, warnings: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.warnings = warnings
-
-
 def local_rank_from_env() -> int:
     """``LOCAL_RANK`` as torchrun sets it: ASCII digits, at most six (``small_int``)."""
     local = os.environ.get("LOCAL_RANK")
@@ -108,37 +100,22 @@ def local_rank_from_env() -> int:
 def exec_plan(args: argparse.Namespace) -> tuple[RankPlan, tuple[str, ...]]:
     """This rank's plan and the warnings said on the way; ``CannotPlan`` when there is none.
     The job's GPUs come from ``CUDA_VISIBLE_DEVICES`` (also with ``--root``: it is the rank's
-    own environment) or the GPUs NVML opens; the rank's GPU is entry ``LOCAL_RANK`` of them
-    (``--from-env``) or GPU ``--gpu`` (NVML's index, else PCI bus order)."""
+    own environment) or the GPUs NVML opens; the rank's GPU is entry ``LOCAL_RANK //
+    --ranks-per-gpu`` of them (``--from-env``) or GPU ``--gpu`` (NVML's index, else PCI bus
+    order): ``affmon.place.planning.plan_rank``, which the in-script API shares."""
     try:
         topology = load_topology(args.root)
     except AffmonError as exc:
         raise CannotPlan(str(exc)) from None
-    live = args.root is None
-    refs = nvml_gpu_refs() if live else None
-    job = job_gpus(topology, os.environ.get("CUDA_VISIBLE_DEVICES"), refs)
-    wanted = job.bus_ids
-    if args.from_env:
-        local_rank = local_rank_from_env()
-        rank = local_rank % args.ranks_per_gpu
-        if local_rank >= len(job.devices):
-            raise CannotPlan(f"LOCAL_RANK {local_rank} but {job.source} gives {len(job.devices)} GPUs", job.warnings)
-        bus_id = job.devices[local_rank]
-        if bus_id is None:
-            raise CannotPlan(job.why_unresolved(local_rank), job.warnings)
-    else:
-        rank = 0
-        found = gpu_by_index(args.gpu, topology, refs)
-        if found is None:
-            raise CannotPlan(f"no GPU {args.gpu} on this machine ({len(topology.gpus)} GPUs found)", job.warnings)
-        bus_id = found
-        if wanted is not None and bus_id not in wanted:
-            wanted = (*wanted, bus_id)
-    plan = plan_machine(topology, args.ranks_per_gpu, wanted)
-    mine = next((p for p in plan.plans if p.pci_bus_id == bus_id and p.rank == rank), None)
-    if mine is None or not mine.cpus:
-        raise CannotPlan(f"no plan for GPU {bus_id} rank {rank}", (*job.warnings, *plan.warnings))
-    return mine, (*job.warnings, *plan.warnings)
+    refs = nvml_gpu_refs() if args.root is None else None
+    return plan_rank(
+        topology,
+        visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        refs=refs,
+        gpu=None if args.from_env else args.gpu,
+        local_rank=LocalRank(local_rank_from_env(), "LOCAL_RANK") if args.from_env else None,
+        ranks_per_gpu=args.ranks_per_gpu,
+    )
 
 
 # The intra-op pools a training process starts read these: PyTorch's (OpenMP), MKL's.
