@@ -203,9 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--strict", action="store_true", help="exit 1 unless every mask is exactly its plan")
     aud.add_argument("--json", action="store_true", help="print JSON")
 
-    undo = sub.add_parser("undo", help="restore the masks affmon changed")
-    target = undo.add_mutually_exclusive_group(required=True)
-    target.add_argument("pid", type=pid, nargs="?", metavar="PID", help="the last pin of PID")
+    undo = sub.add_parser("undo", help="restore the masks affmon changed (no PID: your newest pin)")
+    target = undo.add_mutually_exclusive_group()
+    target.add_argument("pid", type=pid, nargs="?", metavar="PID", help="the last pin of PID (default: the newest pin)")
     target.add_argument("--all", action="store_true", help="every pin affmon made, newest first")
     undo.add_argument("--json", action="store_true", help="print JSON")
 
