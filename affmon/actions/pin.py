@@ -339,13 +339,15 @@ class _Pin:
         thread, a new process) took its number. Then that task is given back the mask it
         had most likely (its creator's: its process's main thread, or for a new process its
         parent's), the listed thread is reported exited, and the stranger is reported by
-        name; True. A number is checked by its start time, right after the set."""
+        name; True. A number is checked by its start time and its process, right after the set."""
         if record.start_ticks is None:
             return False
         now = self._stat(record.tid)  # /proc/TID: whichever task holds the number now
-        if now is None or now.start_ticks == record.start_ticks:
+        if now is None:
             return False
         tgid = tgid_of(self.proc, record.tid)
+        if now.start_ticks == record.start_ticks and tgid in (None, record.pid):
+            return False  # the same task (a start time has 10 ms steps: the process is checked too)
         creator = tgid if tgid is not None and tgid != record.tid else now.ppid
         try:
             mask = self.ops.get(creator)
