@@ -1,25 +1,23 @@
 """How the ranks of one domain divide its cores when the domain holds several L3 caches
 (AMD EPYC with NPS1/NPS2: one L3 per CCX or CCD, several per NUMA node). Pure.
 
-Two rules, applied to cores already ordered by L3 group (``core_units``):
-
-* As many L3 groups as ranks, or more: each rank gets whole L3 groups, contiguous in L3
-  order, so no two ranks share an L3. The groups are divided so that the ranks' core
-  counts are as even as whole groups allow (least sum of squares), the larger runs to
-  the lowest ranks.
-* Fewer L3 groups than ranks: each rank stays inside one L3 group (its share fits in
-  one, so it is never split over two). Every group gets at least one rank, and each
-  further rank goes to the group whose ranks would keep the most cores each; a group's
-  cores are then split evenly among its ranks.
+Balance is the rule: the ranks' core counts differ by at most one (the even split of
+``even_split``), because the slowest rank sets the pace of every rank of the job. Whole
+L3 caches are a preference within that rule: the shares tile the cores in L3 order, and
+which ranks take the one core more (where the cores do not divide evenly) is chosen so
+that the fewest caches are split between two ranks; among divisions that split as few,
+the larger shares go to the lowest ranks, as in torch's ``exclusive`` binding. A node of
+three 8-core L3 caches and two GPUs gets 12 and 12 cores (the middle cache split), not
+16 and 8; three caches of 8 and three ranks get one cache each; four ranks on two caches
+of 8 get 4 cores each inside one cache.
 
 With one L3 group in the domain (most Intel nodes) or none known, this is the plain even
-split of ``even_split``, remainder cores to the lowest ranks.
+split, remainder cores to the lowest ranks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
 
 from affmon.core.cpuset import CpuSet
 from affmon.core.domains import even_split, plural, slices
@@ -50,66 +48,71 @@ def rank_shares(
     if sizes is None:
         return None
     runs = l3_runs(units, l3_of)
+    plain = slices(units, sizes)
     if len(runs) <= 1:
-        return slices(units, sizes), None
+        return plain, None
+    ends: set[int] = set()
+    total = 0
+    for run in runs:
+        total += len(run)
+        ends.add(total)
+    shaped = _fewest_split(len(units), n_ranks, frozenset(ends))
+    shares = slices(units, shaped)
+    if shaped == sizes:
+        return shares, None  # the even split, remainder to the lowest ranks, splits no more caches
+    split = sum(1 for cut in _cuts(shaped) if cut not in ends)
     cache_name = f"L{level}"
-    if len(runs) >= n_ranks:
-        cuts = _whole_groups([len(r) for r in runs], n_ranks)
-        shares: list[Share] = []
-        start = 0
-        for count in cuts:
-            shares.append([u for run in runs[start : start + count] for u in run])
-            start += count
-        if [list(s) for s in shares] == [list(s) for s in slices(units, sizes)]:
-            return shares, None  # the even split already keeps to whole groups
+    if not split:
         why = (
             f"The {len(runs)} {cache_name} caches of the domain are divided whole among {plural(n_ranks, 'rank')}, "
-            f"so no two ranks share an {cache_name}."
+            f"so no two ranks share an {cache_name}; the shares differ by at most one core."
         )
-        return shares, why
-    per_group = _ranks_per_group([len(r) for r in runs], n_ranks)
-    shares = []
-    for run, ranks in zip(runs, per_group, strict=True):
-        split = even_split(len(run), ranks)
-        assert split is not None, "a group never gets more ranks than cores"
-        shares += slices(run, split)
-    why = (
-        f"The domain has {len(runs)} {cache_name} caches for {plural(n_ranks, 'rank')}: each rank keeps to one "
-        f"{cache_name}, shared by at most {max(per_group)} ranks."
-    )
+    else:
+        why = (
+            f"The shares differ by at most one core (the slowest rank sets the pace of every rank); within that, "
+            f"the cores left over go where they split the fewest of the domain's {len(runs)} {cache_name} caches "
+            f"({split} split between two ranks)."
+        )
     return shares, why
 
 
-def _whole_groups(group_sizes: Sequence[int], n_ranks: int) -> list[int]:
-    """How many consecutive groups each rank gets: the most even core counts (least sum of
-    squares), ties to the division giving the lowest ranks the most cores."""
-    sizes = tuple(group_sizes)
+def _cuts(sizes: Sequence[int]) -> list[int]:
+    """Where one rank's share ends and the next one's starts, as counts of cores."""
+    cuts, total = [], 0
+    for size in sizes[:-1]:
+        total += size
+        cuts.append(total)
+    return cuts
 
-    @cache
-    def best(start: int, ranks: int) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-        """(sum of squares, negated core counts, group counts) for groups[start:] among ``ranks``."""
-        if ranks == 1:
-            cores = sum(sizes[start:])
-            return cores * cores, (-cores,), (len(sizes) - start,)
-        found: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
-        for count in range(1, len(sizes) - start - ranks + 2):
-            cores = sum(sizes[start : start + count])
-            cost, key, counts = best(start + count, ranks - 1)
-            option = (cost + cores * cores, (-cores, *key), (count, *counts))
-            if found is None or option[:2] < found[:2]:
-                found = option
-        assert found is not None
+
+def _fewest_split(n_units: int, n_ranks: int, ends: frozenset[int]) -> list[int]:
+    """Core counts for the ranks, each the even share or one more (as many of those as the
+    remainder), ordered so that the fewest cuts between ranks fall inside an L3 group
+    (``ends``: where each group ends, counted in cores); ties to the larger shares first."""
+    base, extra = divmod(n_units, n_ranks)
+
+    def steps(rank: int, larger: int) -> list[tuple[int, int]]:
+        """(one more core or not, whether the cut after this rank falls inside a group) for
+        rank ``rank`` when ``larger`` ranks before it took one more, the larger first."""
+        found = []
+        for more in (1, 0):
+            if larger + more > extra or extra - larger - more > n_ranks - rank - 1:
+                continue  # too many larger shares, or too few ranks left for the rest
+            cut = rank * base + larger + base + more
+            found.append((more, 0 if rank == n_ranks - 1 or cut in ends else 1))
         return found
 
-    return list(best(0, n_ranks)[2])
-
-
-def _ranks_per_group(group_sizes: Sequence[int], n_ranks: int) -> list[int]:
-    """One rank per group, then each further rank to the group whose ranks would keep the
-    most cores each (ties to the lowest group), never more ranks than a group has cores."""
-    counts = [1] * len(group_sizes)
-    for _ in range(n_ranks - len(group_sizes)):
-        open_groups = [i for i, size in enumerate(group_sizes) if counts[i] < size]
-        pick = max(open_groups, key=lambda i: (group_sizes[i] / (counts[i] + 1), -i))
-        counts[pick] += 1
-    return counts
+    # fewest[rank][larger]: the fewest cuts inside a group for ranks rank.., bottom up.
+    fewest = [[0] * (extra + 1) for _ in range(n_ranks + 1)]
+    for rank in range(n_ranks - 1, -1, -1):
+        for larger in range(min(rank, extra) + 1):
+            options = [inside + fewest[rank + 1][larger + more] for more, inside in steps(rank, larger)]
+            fewest[rank][larger] = min(options, default=n_units)
+    sizes: list[int] = []
+    larger = 0
+    for rank in range(n_ranks):
+        choices = [(inside + fewest[rank + 1][larger + more], more) for more, inside in steps(rank, larger)]
+        more = min(choices, key=lambda choice: choice[0])[1]  # min keeps the first of equals: the larger
+        sizes.append(base + more)
+        larger += more
+    return sizes

@@ -17,9 +17,11 @@ The rules, in order of preference (drawn from NVIDIA DeepLearningExamples'
    indexes; fewer cores than ranks: every rank shares the whole domain, with a warning).
 4. Enough CPUs for the busy threads (a warning otherwise).
 5. L3 caches: cores are ordered by L3 group, then by first CPU, and shares tile that
-   order. Where a domain holds several L3 groups (AMD EPYC, one per CCX or CCD), each
-   rank gets whole groups when there are as many groups as ranks, and stays inside one
-   group otherwise (``l3_shares``).
+   order. Balance comes first: the ranks of a domain get core counts that differ by at
+   most one, since the slowest rank sets the pace of all. Where a domain holds several
+   L3 groups (AMD EPYC, one per CCX or CCD), the ranks that take the one core more are
+   chosen so that the shares split the fewest groups between two ranks (``l3_shares``):
+   whole groups where they divide evenly, never at the cost of balance.
 6. (``suggest``) among equally good windows, the one keeping most of the CPUs the
    process ran on; then the one closest to the slice ``plan_machine`` gives its rank
    (so suggestions for every rank of a domain keep tiling it); then the lowest CPUs.
@@ -187,13 +189,15 @@ def _plan_domain(
                 "so they all share it (oversubscribed)."
             )
         else:
-            even = split is not None and split[1] is None
-            reasons.append(_share_sentence(chosen, found.unit, domain.name, len(units), who, len(ranks), even))
-            if split is not None and split[1] is None and sizes[n] > sizes[-1]:
-                reasons.append(
-                    f"It holds one of the {len(units) % len(ranks)} cores left over by the even split, "
-                    "which go to the lowest GPU indexes."
+            reasons.append(_share_sentence(chosen, found.unit, domain.name, len(units), who, len(ranks)))
+            if sizes[n] > min(sizes):
+                where = (
+                    "which go to the lowest GPU indexes"
+                    if split is None or split[1] is None
+                    else "placed where they split the fewest L3 caches"
                 )
+                left = len(units) % len(ranks)
+                reasons.append(f"It holds one of the {left} cores left over by the even split, {where}.")
         if topology.l3_groups:
             reasons.append(_l3_sentence(topology, l3_of, chosen))
         cpus = union(chosen)
@@ -212,14 +216,11 @@ def _plan_domain(
     return plans
 
 
-def _share_sentence(
-    chosen: Sequence[CpuSet], unit: str, name: str, n_units: int, who: str, n_ranks: int, even: bool
-) -> str:
+def _share_sentence(chosen: Sequence[CpuSet], unit: str, name: str, n_units: int, who: str, n_ranks: int) -> str:
     size = f"{plural(len(chosen), unit)}, {plural(len(union(chosen)), 'CPU')}"
     if n_ranks == 1:
         return f"{size}: all {n_units} cores of {name}, for {who} alone."
-    kind = "an even share" if even else "a share, by L3 cache,"
-    return f"{size}: {kind} of the {n_units} cores of {name} among {who}."
+    return f"{size}: an even share of the {n_units} cores of {name} among {who}."
 
 
 def _l3_sentence(topology: Topology, l3_of: dict[int, int], chosen: Sequence[CpuSet]) -> str:
@@ -454,9 +455,11 @@ def _best_window(
 ) -> Sequence[CpuSet]:
     """The run of ``size`` consecutive candidates (L3 order) that is best by rules 3, 5
     and 6: fewest training-held cores, fewest busy processes to move and least of their
-    load, fewest L3 groups, most CPUs kept; then, so that suggestions for the ranks of a
-    domain keep tiling it, fewest of ``plan_machine``'s slices touched and most of this
-    rank's own slice; last, the lowest CPUs."""
+    load, fewest L3 groups beyond those of this rank's own slice (a balanced slice may
+    straddle two), most CPUs kept; then, so that suggestions for the ranks of a domain keep
+    tiling it, fewest of ``plan_machine``'s slices touched and most of this rank's own
+    slice; last, the lowest CPUs."""
+    slot_span = len({l3_of.get(cpu, -1) for cpu in slot})
     best: tuple[tuple[float, ...], int] | None = None
     for start in range(len(candidates) - size + 1):
         window = candidates[start : start + size]
@@ -467,7 +470,7 @@ def _best_window(
             float(sum(1 for u in window if u & claimed)),
             float(len(movers)),
             round(load, 6),
-            float(l3_span(l3_of, window)),
+            float(max(0, l3_span(l3_of, window) - slot_span)),
             -float(len(cpus & current)),
             float(sum(1 for tile in tiles if tile & cpus)),
             -float(len(cpus & slot)),
