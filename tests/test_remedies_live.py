@@ -20,7 +20,7 @@ import pytest
 from affmon.collect.loop import LoopSampler, LoopWatcher
 from affmon.core.cpuset import parse_cpulist
 from affmon.core.findings import DEFAULT_THRESHOLDS
-from affmon.core.loop import breakdown
+from affmon.core.loop import CPU_WAIT, GPU_WAIT, OTHER, LoopBreakdown, breakdown
 from affmon.core.loop_findings import evaluate_loop, verdict
 from tests.live import spawned
 
@@ -81,6 +81,7 @@ def test_a_mask_narrower_than_the_cpus_it_may_have_is_still_too_narrow() -> None
             timeout=60,
         )
     findings = by_code(json.loads(out.stdout)["findings"])
+    assert "MASK_TOO_NARROW" in findings, findings
     narrow = findings["MASK_TOO_NARROW"]
     assert narrow["evidence"]["mask"] == str(cpus[0]) and narrow["evidence"]["cpus_available"] == len(cpus)
     assert not narrow["suggestion"]["no_change"] and parse_cpulist(narrow["suggestion"]["cpus"]) != {cpus[0]}
@@ -134,6 +135,13 @@ def watch(pid: int, seconds: float) -> Any:
     return window
 
 
+def queued_most(b: LoopBreakdown) -> bool:
+    """Whether the kernel kept the loop waiting for a CPU more than anything else (a machine
+    loaded by other work): then the loop is CPU-starved, and that is the verdict to expect."""
+    others = (b.input_share, b.step_share, *(share for state, share in b.shares.items() if state in (GPU_WAIT, OTHER)))
+    return b.shares[CPU_WAIT] > max(others)
+
+
 def test_a_loop_loading_its_own_data_is_input_bound_and_told_to_use_workers() -> None:
     with spawned(WORKLOAD, "own_data") as info:
         window = watch(info["pid"], 2.5)
@@ -144,6 +152,9 @@ def test_a_loop_loading_its_own_data_is_input_bound_and_told_to_use_workers() ->
     # Of the probes that found it running and read its stack, most were in the data loader's frames.
     assert window.data_probes >= 0.6 * window.frame_probes, window
     findings = evaluate_loop(b, window.workers)
+    if queued_most(b):
+        assert verdict(b) in ("cpu_starved", "mixed") and not findings, b
+        return
     assert verdict(b) == "input_bound", b
     (found,) = findings
     assert found.code == "INPUT_BOUND" and found.evidence["advice"]["action"] == "use_workers"
@@ -159,6 +170,9 @@ def test_a_loop_whose_time_is_its_own_step_stays_loop_bound() -> None:
     b = breakdown(window, gpu_busy=0.2)
     assert b is not None and window.frame_probes
     assert window.data_probes == 0
+    if queued_most(b):
+        assert verdict(b) in ("cpu_starved", "mixed") and not evaluate_loop(b, window.workers), b
+        return
     assert verdict(b) == "loop_bound", b
     assert [f.code for f in evaluate_loop(b, window.workers)] == ["LOOP_BOUND"]
 
@@ -202,6 +216,9 @@ def test_a_loop_bound_finding_says_where_the_loop_ran_by_its_python_frames():
         window = watch(info["pid"], 2.5)
     b = breakdown(window, gpu_busy=0.2)
     assert b is not None
+    if queued_most(b):  # no LOOP_BOUND on a loaded machine: where it ran is still read
+        assert window.top_frames and "spin (remedy_workload.py)" in window.top_frames[0][0], window.top_frames
+        return
     (found,) = [f for f in evaluate_loop(b, window.workers, window=window) if f.code == "LOOP_BOUND"]
     where = found.evidence["where"]
     assert where and "spin (remedy_workload.py)" in where[0]["place"], where

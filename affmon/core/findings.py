@@ -28,7 +28,7 @@ from typing import Any
 from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.fmt import term_safe
 from affmon.core.memory import rule_remote_memory
-from affmon.core.own_threads import job_cpus, pool_of, rule_confined_thread, rule_oversubscribed
+from affmon.core.own_threads import job_cpus, pool_of, rule_confined_thread, rule_gil_bound, rule_oversubscribed
 from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
 from affmon.core.rule_base import (
     DEFAULT_THRESHOLDS,
@@ -471,6 +471,7 @@ def evaluate(snapshot: Snapshot, ctx: Context) -> list[Finding]:
         findings += rule_mask_too_narrow(job, snapshot, ctx)
         findings += rule_oversubscribed(job, snapshot, ctx)
         findings += rule_confined_thread(job, snapshot, ctx)
+        findings += rule_gil_bound(job, snapshot, ctx)
         findings += rule_contended(job, snapshot, ctx, jobs, everyone)
         findings += rule_cross_numa(job, snapshot, ctx)
         findings += rule_gpu_starved(job, snapshot, ctx)

@@ -32,6 +32,7 @@ from affmon.core.findings import DEFAULT_THRESHOLDS, Job, Thresholds, demand
 from affmon.core.fmt import term_safe
 from affmon.core.planner import DEMAND_HEADROOM
 from affmon.core.rates import Snapshot, ThreadRates
+from affmon.core.rule_base import turn_groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,9 @@ class JobNeed:
     demand_cpus: float  # their measured run + wait over the window, in CPUs
     window_s: float
     intervals: int
+    # Threads that take turns on the GIL, per process: (PID, threads, the CPUs they can
+    # use). Each group counts as those CPUs, not a CPU per thread.
+    turns: tuple[tuple[int, int, float], ...] = ()
 
     @property
     def sentence(self) -> str:
@@ -62,13 +66,17 @@ class JobNeed:
         parts = ", ".join(plural(n, role) for role, n in roles.items()) or "no thread"
         last = "the last interval" if self.intervals == 1 else f"the last {self.intervals} intervals"
         over = f"{last} ({self.window_s:.1f} s)"
-        if self.cpus > len(self.threads):
+        if self.cpus > len(self.threads) + sum(math.ceil(cpus - 1e-9) for _, _, cpus in self.turns):
             basis = f"its demand with a quarter more ({self.demand_cpus:.1f} x {DEMAND_HEADROOM})"
         else:
             basis = "one CPU per busy thread, since a starved thread's run + wait understates its need"
+        turns = "".join(
+            f" {plural(n, 'thread')} of PID {pid} take turns on the GIL: counted as the {cpus:.1f} CPU they can use."
+            for pid, n, cpus in self.turns
+        )
         return (
             f"Sized for {plural(self.cpus, 'CPU')}: over {over}, {plural(len(self.threads), 'thread')} needed a CPU "
-            f"({parts}), wanting {self.demand_cpus:.1f} CPUs in all (run + run-queue wait); it gets {basis}."
+            f"({parts}), wanting {self.demand_cpus:.1f} CPUs in all (run + run-queue wait); it gets {basis}.{turns}"
         )
 
 
@@ -89,8 +97,12 @@ def job_need(job: Job, window: Sequence[Snapshot], t: Thresholds = DEFAULT_THRES
         if found or snap is window[-1]:
             seen_in.append(snap)
     root_main = job.root.sample.pid
+    groups = turn_groups(job, window[-1].interval_s, t)
+    turning = {th.sample.tid for g in groups for th in g.threads}
     needy: list[ThreadNeed] = []
     for member, th in job.threads():
+        if th.sample.tid in turning:
+            continue  # its group is counted as the CPUs it can use, below
         seen = series.get((th.sample.tid, th.sample.start_ticks), [(th, window[-1].interval_s)])
         known = [(x, s) for x, s in seen if x.cpu_ns_delta is not None]
         seconds = sum(s for _, s in known)
@@ -104,14 +116,16 @@ def job_need(job: Job, window: Sequence[Snapshot], t: Thresholds = DEFAULT_THRES
             continue
         role = "DataLoader worker" if worker else ("main loop" if th.sample.tid == root_main else "helper thread")
         needy.append(ThreadNeed(th.sample.tid, term_safe(th.sample.name), role, wanted, peak))
-    total = sum(n.demand_cpus for n in needy)
+    total = sum(n.demand_cpus for n in needy) + sum(g.need_cpus for g in groups)
     with_headroom = math.ceil(total * DEMAND_HEADROOM - 1e-9) if total > 0 else 0
+    per_thread = len(needy) + sum(math.ceil(g.need_cpus - 1e-9) for g in groups)
     return JobNeed(
-        cpus=max(len(needy), with_headroom),
+        cpus=max(per_thread, with_headroom),
         threads=tuple(needy),
         demand_cpus=total,
         window_s=sum(s.interval_s for s in seen_in),
         intervals=len(seen_in),
+        turns=tuple((g.process.sample.pid, len(g.threads), g.need_cpus) for g in groups),
     )
 
 

@@ -7,6 +7,10 @@
   workers and the main process each running large intra-op pools (about 100 busy threads on
   16 CPUs) waited 83% of their busy time with ~4,000 involuntary switches/s and trained at
   about nothing; one intra-op thread per worker brought it back to clean, no mask did.
+* ``GIL_BOUND``: threads of a python process take turns on the GIL (``turn_groups``):
+  eight pure-Python threads spinning use about one CPU together, however many CPUs they
+  may have, and queue for a CPU only as the lock changes hands. They are left out of the
+  busy threads every other rule judges and of the job's need: more CPUs cannot help them.
 * ``CONFINED_THREAD``: a thread of the job (the main loop, the pin-memory thread) may run
   on fewer CPUs than the rest of its job and waits for one there, while its job's other
   threads do not have to. The job's overall wait can look moderate (the H200's confined
@@ -39,6 +43,7 @@ from affmon.core.rule_base import (
     demand,
     rounded,
     tids_of,
+    turn_groups,
     wait_ratio,
 )
 from affmon.core.topology import Topology
@@ -284,3 +289,43 @@ def rule_confined_thread(job: Job, snap: Snapshot, ctx: Context) -> list[Finding
             },
         )
     ]
+
+
+# -- threads that take turns on the GIL -------------------------------------------------
+
+
+def rule_gil_bound(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
+    """Threads of a python process of the job that take turns on the GIL (``turn_groups``):
+    together they can use about one CPU however many they are given, and their wait is the
+    lock's hand-over. The cure is work outside the GIL, not CPUs."""
+    findings = []
+    for g in turn_groups(job, snap.interval_s, ctx.thresholds):
+        p = g.process.sample
+        n = len(g.threads)
+        switches = sum(th.voluntary_switches_per_s or 0.0 for th in g.threads) / n
+        ratio = wait_ratio(g.threads) or 0.0
+        findings.append(
+            Finding(
+                "GIL_BOUND",
+                Severity.WARN,
+                job.pid,
+                tuple(sorted(th.sample.tid for th in g.threads))[:16],
+                f"{n} threads of PID {p.pid} ({term_safe(p.name)}) take turns on the GIL: together they ran "
+                f"{g.run_cpus:.2f} CPUs ({g.run_cpus / n:.2f} each), each blocking {switches:.0f} times/s to hand "
+                f"it over; more CPUs will not help",
+                {
+                    "pid": p.pid,
+                    "threads": n,
+                    "run_cpus": rounded(g.run_cpus),
+                    "demand_cpus": rounded(g.demand_cpus),
+                    "wait_ratio": rounded(ratio, 3),
+                    "voluntary_switches_per_s": rounded(switches, 1),
+                },
+                remedy=(
+                    "work outside the GIL, not more CPUs: move it to processes (DataLoader workers, "
+                    "multiprocessing) or to calls that release the GIL (NumPy, torch, I/O); fewer such threads "
+                    "wait less"
+                ),
+            )
+        )
+    return findings

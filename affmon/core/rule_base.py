@@ -58,6 +58,15 @@ class Thresholds:
     gpu_util_low                      50       GPU utilisation % called "well below"
     pcie_traffic_bytes_per_s          100e6    traffic that makes a slow link matter
     raise_after / clear_after         2 / 3    consecutive intervals to raise / to clear
+    turn_min_threads                  3        threads of one python process that take
+                                               turns on the GIL (``turn_groups``): at
+                                               least this many ran ...
+    turn_switches_per_s               25.0     ... each blocking this often a second (the
+                                               GIL's 5 ms switch interval gives ~200 on an
+                                               idle machine, ~70 on a loaded one; threads
+                                               that drop the GIL, 6-8) ...
+    turn_run_cpus                     1.25     ... and together they ran at most this many
+                                               CPUs, none more than twice their median
     ================================  =======  ==============================================
     """
 
@@ -73,6 +82,9 @@ class Thresholds:
     pcie_traffic_bytes_per_s: float = 100e6
     raise_after: int = 2
     clear_after: int = 3
+    turn_min_threads: int = 3
+    turn_switches_per_s: float = 25.0
+    turn_run_cpus: float = 1.25
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -195,7 +207,80 @@ def demand(thread: ThreadRates, seconds: float) -> float:
 
 
 def busy_threads(job: Job, seconds: float, t: Thresholds) -> list[tuple[ProcessRates, ThreadRates]]:
-    return [(p, th) for p, th in job.threads() if demand(th, seconds) >= t.busy_demand]
+    """The job's threads that wanted a CPU ``busy_demand`` of the interval, less those that
+    take turns on the GIL (``turn_groups``): their run-queue wait is the hand-over of the
+    lock, not a want of CPUs, and more CPUs do not help them (``GIL_BOUND`` says so)."""
+    turns = {th.sample.tid for g in turn_groups(job, seconds, t) for th in g.threads}
+    return [(p, th) for p, th in job.threads() if demand(th, seconds) >= t.busy_demand and th.sample.tid not in turns]
+
+
+PYTHON_NAMES = ("python", "pt_main_thread")  # torch renames a process's main thread
+
+
+def is_python(p: ProcessRates) -> bool:
+    """Whether the process runs CPython, by its name or its command's first word."""
+    first = (p.sample.cmdline or "").split(" ", 1)[0].rsplit("/", 1)[-1]
+    return p.sample.name.startswith(PYTHON_NAMES) or first.startswith("python")
+
+
+@dataclass(frozen=True)
+class TurnGroup:
+    """Threads of one python process that take turns on the GIL: Python's threads (by
+    name), each ran, each blocked ``turn_switches_per_s`` times a second or more (a thread
+    that waits for the GIL sleeps on a futex and is woken to take it: a voluntary switch),
+    together they ran about one CPU, evenly, and they queued ``starved_warn`` of the time
+    or more. Eight pure-Python threads spinning, measured on 2 CPUs: 0.12-0.15 CPU each,
+    1.0 in all, ~200 voluntary switches/s each and 25-30% of their time in the run queue,
+    whether allowed one CPU or two; with the machine loaded, 0.05 each and ~70 switches/s.
+    Threads in C code that drops the GIL (zlib) blocked 6-8 times/s."""
+
+    process: ProcessRates
+    threads: tuple[ThreadRates, ...]
+    run_cpus: float  # CPUs they ran together
+    demand_cpus: float  # their run + run-queue wait
+
+    @property
+    def need_cpus(self) -> float:
+        """The CPUs they can use: what they ran, at least one (they hold the GIL in turn)."""
+        return max(1.0, self.run_cpus)
+
+
+def _python_thread_name(thread: str, process: str) -> bool:
+    """A thread Python started: named as its process (CPython before 3.14 leaves a new
+    thread its creator's name) or ``Thread-N (target)`` (3.14 names them). Native pools
+    name theirs (``pt_data_pin``, ``pt_autograd_0``: a training step hands work among
+    them, blocking as often as GIL turns do, and that is no GIL-bound job)."""
+    return thread == process or thread.startswith("Thread-")
+
+
+TURN_RAN = 0.01  # a thread in the group ran at least 1% of the interval (4 spinning on a
+# loaded 2-CPU machine ran 5% each)
+
+
+def turn_groups(job: Job, seconds: float, t: Thresholds) -> list[TurnGroup]:
+    groups = []
+    for p in job.members:
+        if len(p.threads) < t.turn_min_threads or not is_python(p):
+            continue
+        ran = [
+            (th, (th.cpu_ns_delta or 0) / (seconds * 1e9))
+            for th in p.threads
+            if th.cpu_ns_delta is not None
+            and _python_thread_name(th.sample.name, p.sample.name)
+            and (th.voluntary_switches_per_s or 0.0) >= t.turn_switches_per_s
+            and th.cpu_ns_delta >= seconds * 1e9 * TURN_RAN
+        ]
+        if len(ran) < t.turn_min_threads:
+            continue
+        runs = sorted(r for _, r in ran)
+        total = sum(runs)
+        if total > t.turn_run_cpus or runs[-1] > 2 * runs[len(runs) // 2]:
+            continue  # more than one CPU's work, or one thread doing it: not turns
+        wanted = sum(demand(th, seconds) for th, _ in ran)
+        if wanted < t.busy_demand or (wait_ratio(th for th, _ in ran) or 0.0) < t.starved_warn:
+            continue  # no queue to explain: their turns cost nothing a CPU could give
+        groups.append(TurnGroup(p, tuple(th for th, _ in ran), total, wanted))
+    return groups
 
 
 def wait_ratio(threads: Iterable[ThreadRates]) -> float | None:
