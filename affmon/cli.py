@@ -11,7 +11,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import NoReturn
 
@@ -54,6 +54,24 @@ def monitor_pid(text: str) -> int:
     return pid(text)
 
 
+def record_pid(text: str) -> int:
+    """``record``'s ``--pid`` takes every PID after it, so ``affmon record --pid 5 out.jsonl``
+    reads the file as a PID: say where FILE goes."""
+    try:
+        return pid(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"not a process id: {text!r} (--pid takes every PID after it: put FILE first, "
+            "affmon record FILE --pid PID ...)"
+        ) from None
+
+
+def add_pids(parser: argparse.ArgumentParser, what: str, parse: Callable[[str], int] = pid) -> None:
+    """``--pid`` as the monitor takes it: several PIDs after one ``--pid`` (``--pid 4242
+    4243``), or ``--pid`` repeated."""
+    parser.add_argument("--pid", type=parse, nargs="+", action="extend", default=[], metavar="PID", help=what)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """argparse prints usage plus the error; we print one line, like every other error."""
@@ -78,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="extend",
         default=[],
         metavar="PID",
-        help="watch these PIDs and their descendants (--pid 4242 4243, or --pid repeated); the first is selected",
+        help="watch these PIDs and their descendants (--pid 4242 4243, or --pid repeated); the first is selected. "
+        "Without it: GPU users, training launchers and what runs under them, and python processes with a GPU or "
+        "deep-learning runtime mapped; --pid watches any other process (a plain python script) too",
     )
     parser.add_argument(
         "--interval",
@@ -107,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     topo.add_argument("--json", action="store_true", help="print JSON")
 
     snap = sub.add_parser("snapshot", help="two samples of the watched processes' threads, as rates")
-    snap.add_argument("--pid", type=pid, action="append", default=[], help="watch PID and its descendants")
+    add_pids(snap, "watch these PIDs and their descendants (any process: a python script without a GPU runtime too)")
     snap.add_argument("--all", action="store_true", help="watch every process, not only training ones")
     snap.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS")
     snap.add_argument("--root", metavar="DIR", help="read /proc and /sys under DIR")
@@ -118,12 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("file", metavar="FILE", help="where to write ('-' for standard output)")
     rec.add_argument("--duration", type=seconds, default=10.0, metavar="SECONDS")
     rec.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS")
-    rec.add_argument("--pid", type=pid, action="append", default=[], help="watch PID and its descendants")
+    add_pids(rec, "watch these PIDs and their descendants (after FILE)", record_pid)
     rec.add_argument("--all", action="store_true", help="watch every process (and record every command line)")
     rec.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
 
     diag = sub.add_parser("diagnose", help="what is wrong with the training jobs' CPU placement")
-    diag.add_argument("--pid", type=pid, action="append", default=[], help="diagnose PID and its descendants")
+    add_pids(diag, "diagnose these PIDs and their descendants (any process: a python script without a GPU runtime too)")
     diag.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS")
     diag.add_argument("--samples", type=count(3, 1000), default=3, help="samples to take (default 3)")
     diag.add_argument("--json", action="store_true", help="print JSON")
@@ -195,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
 
     aud = sub.add_parser("audit", help="is every rank of a running multi-rank job on its plan? (exit 1: one is not)")
-    aud.add_argument("--pid", type=pid, action="append", default=[], help="audit the ranks under PID (a launcher)")
+    add_pids(aud, "audit the ranks under these PIDs (launchers)")
     aud.add_argument("--replay", dest="audit_replay", metavar="FILE", help="audit the last sample of a recording")
     aud.add_argument(
         "--ranks-per-gpu", type=count(1, 64), default=None, metavar="N", help="default: the most ranks found on one GPU"

@@ -1,9 +1,10 @@
 """What the sampler reads of whom: an unwatched process that uses too little CPU to hold
 a contender has its threads carried, not read; python processes without a GPU or
-deep-learning runtime are watched but are not training; affmon processes are never
-watched. All against real processes."""
+deep-learning runtime are other processes unless named by ``--pid`` or below a launcher or
+a training process; affmon processes are never watched. All against real processes."""
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -96,7 +97,7 @@ def test_processes_first_seen_together_are_not_all_read_again_on_the_same_tick(m
             for pid in reads:
                 if process(s, pid).threads_read:
                     reads[pid].append(tick)
-            time.sleep(0.3)
+            time.sleep(1.0)  # a tick of CPU time (10 ms) in a shorter interval reads as busy
         assert reads[a.pid][0] == reads[b.pid][0] == 0  # both read when first seen
         assert reads[a.pid][1] != reads[b.pid][1]  # and again on ticks of their own
         for pid, ticks in reads.items():
@@ -112,17 +113,69 @@ def test_watched_processes_are_never_carried():
         assert p.watched and p.threads_read
 
 
-def test_python_without_a_runtime_is_watched_but_not_training_and_with_one_it_is(tmp_path):
+def test_python_without_a_runtime_is_another_process_and_with_one_it_is_training(tmp_path):
     runtime = tmp_path / "libtorch_cpu.so"
     runtime.write_bytes(b"\0" * 4096)
     with (
         driven(QUIET, "--name", "python3") as plain,
         driven(QUIET, "--name", "python3", "--runtime", str(runtime)) as torch,
     ):
+        sampler = Sampler("/", Selection(others=True))
+        first = sampler.sample()
+        a, b = process(first, plain.pid), process(first, torch.pid)
+        assert not a.watched and not a.training  # sampled, as every other process is
+        assert b.watched and b.training  # libtorch and no GPU: a CPU-only training job
+        time.sleep(1.0)
+        a = process(sampler.sample(), plain.pid)
+        assert not a.watched and not a.threads_read  # quiet: carried, as any other process
+        assert plain.pid not in {p.pid for p in Sampler("/", Selection()).sample().processes}
+        # Named by --pid, it is watched whatever it runs.
+        named = process(Sampler("/", Selection(pids=(plain.pid,), others=True)).sample(), plain.pid)
+        assert named.watched and not named.training
+
+
+LAUNCHED = """
+import os, subprocess, sys
+open("/proc/self/comm", "w").write("torchrun")
+child = subprocess.Popen(
+    [sys.executable, sys.argv[1], "--name", "python3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+)
+print(child.stdout.readline(), end="", flush=True)
+child.wait()
+"""
+
+
+def test_a_python_process_below_a_launcher_or_a_training_process_is_watched(tmp_path):
+    # A rank that has not imported torch yet, under torchrun; a worker started with spawn,
+    # under a training process: both part of a job, watched, not training. (quiet_other
+    # runs until its stdin closes: each is given a pipe.)
+    runtime = tmp_path / "libtorch_cpu.so"
+    runtime.write_bytes(b"\0" * 4096)
+    spawner = (
+        "import mmap, subprocess, sys\n"
+        f"f = open({str(runtime)!r}, 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+        f"child = subprocess.Popen([sys.executable, {str(QUIET)!r}, '--name', 'python3'], stdin=subprocess.PIPE,"
+        " stdout=subprocess.PIPE)\n"
+        "sys.stdout.write(child.stdout.readline().decode()); sys.stdout.flush(); child.wait()\n"
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHED, str(QUIET)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", spawner], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        rank = json.loads(launcher.stdout.readline())["pid"]
+        worker = json.loads(trainer.stdout.readline())["pid"]
         sample = Sampler("/", Selection(others=True)).sample()
-        a, b = process(sample, plain.pid), process(sample, torch.pid)
-        assert a.watched and not a.training
-        assert b.watched and b.training
+        assert process(sample, launcher.pid).training  # the launcher
+        assert process(sample, rank).watched and not process(sample, rank).training
+        assert process(sample, trainer.pid).training
+        assert process(sample, worker).watched and not process(sample, worker).training
+    finally:
+        for proc in (launcher, trainer):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def test_a_python_process_that_loads_a_runtime_later_becomes_training(tmp_path, monkeypatch):
@@ -139,12 +192,14 @@ def test_a_python_process_that_loads_a_runtime_later_becomes_training(tmp_path, 
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "up"
-        sampler = Sampler("/", Selection())
-        assert not process(sampler.sample(), proc.pid).training
+        sampler = Sampler("/", Selection(others=True))
+        before = process(sampler.sample(), proc.pid)
+        assert not before.training and not before.watched
         proc.stdin.write("\n")
         proc.stdin.flush()
         assert proc.stdout.readline().strip() == "mapped"
-        assert process(sampler.sample(), proc.pid).training
+        after = process(sampler.sample(), proc.pid)
+        assert after.training and after.watched
     finally:
         proc.kill()
         proc.wait()

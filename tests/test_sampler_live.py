@@ -110,15 +110,18 @@ def test_pid_selection_takes_descendants_and_nothing_else():
         assert other["pid"] not in pids
 
 
-def test_default_selection_finds_python_and_skips_itself():
+def test_default_selection_leaves_plain_python_to_all_and_skips_itself():
+    # A python process with no GPU or deep-learning runtime mapped is not watched by
+    # default; --all watches it. affmon (this process) is in neither.
     with workload("--sleepers", "1") as w:
-        pids = {p.pid for p in Sampler("/").sample().processes}
-        assert w["pid"] in pids
-        assert os.getpid() not in pids
+        default = {p.pid for p in Sampler("/").sample().processes}
+        every = {p.pid for p in Sampler("/", Selection(all=True)).sample().processes}
+        assert w["pid"] not in default and w["pid"] in every
+        assert os.getpid() not in default | every
 
 
 def test_process_that_exits_between_samples_disappears():
-    sampler = Sampler("/", Selection(pids=()))
+    sampler = Sampler("/", Selection(all=True))
     with workload("--sleepers", "1") as w:
         first = sampler.sample()
         assert w["pid"] in {p.pid for p in first.processes}

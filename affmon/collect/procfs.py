@@ -53,6 +53,7 @@ class StatFields:
     start_ticks: int
     processor: int | None  # absent on very old kernels
     session: int | None = None  # field 6: the session (a login, a terminal, a setsid daemon)
+    vsize_bytes: int | None = None  # field 23: the address space's size; a library loaded grows it
 
 
 def parse_stat_bytes(data: bytes) -> StatFields:
@@ -86,6 +87,7 @@ def parse_stat(text: str) -> StatFields:
             start_ticks=_uint(rest[19]),
             processor=processor,
             session=_uint(rest[3]),
+            vsize_bytes=_uint(rest[20]) if len(rest) > 20 else None,
         )
     except ValueError as exc:
         raise ParseError(f"bad number in stat line: {exc}") from None

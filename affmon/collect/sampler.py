@@ -21,11 +21,16 @@ when it was not asleep at the last tick or has been scheduled since; ``sched`` (
 migrations) only when its ``schedstat`` moved (a thread that was not scheduled cannot have
 switched), the previous counters carried otherwise, and only when it ran at least
 ``LIGHT_RUN_NS`` since (a thread that woke for a few microseconds has its switches and
-migrations unknown that tick). ``status`` is read once per watched process.
+migrations unknown that tick). A watched process's ``status`` (its owner and
+``Mems_allowed``) and its cgroup's cpuset are read when it is first watched, when its main
+thread's mask changes, and at least every ``QUIET_REREAD_EVERY`` samples.
 
 A watched process's context (``affmon.collect.context``: Slurm, Kubernetes, torchrun) is
-read once; a watched training process's pages per NUMA node (``numa_maps``) every few
-seconds, the period stretched by what the last read cost (it walks the page tables).
+read once; the pages per NUMA node (``numa_maps``) of a watched training process, and of a
+process named by ``--pid``, every few seconds, the period stretched by what the last read
+cost times the number of such processes (it walks the page tables, and parsing its lines
+in Python costs more than the walk for a small process): all the walks together stay
+within the share of the time ``numa_maps.reread_period_s`` gives one.
 
 A process that is not watched and not training, whose whole CPU time (``/proc/PID/stat``,
 read for every process anyway) grew by less than ``CARRY_BELOW_PERCENT`` of one CPU since
@@ -40,12 +45,20 @@ at that tick, and kept it).
 
 Which processes are training: those NVML lists on a GPU, the known launchers, and python
 processes that have a GPU or deep-learning runtime mapped (``/proc/PID/maps`` names
-libtorch, libcuda, libcudart, libnccl, TensorFlow or XLA), checked when first seen and
-again every ``RUNTIME_RECHECK_S`` until found. A python process without one (a monitor, a
-script) is still watched, for its CPU findings, but is not a training rank. Where
-``maps`` cannot be read (another user's process, without root) a python process counts
-as training, as it looks. affmon's own processes (any affmon, not only this one) are never
-watched.
+libtorch, libcuda, libcudart, libnccl, TensorFlow or XLA; libtorch with no GPU is a
+CPU-only training job), checked when first seen and again, until found, at most every
+``RUNTIME_RECHECK_S`` and only when the process's address space has changed size since
+(``vsize`` in ``stat``, read anyway: loading a library grows it). A python process's
+``maps`` has two lines a thread (its stack and guard page): 3,048 lines, 151 kB, for one of
+1,000 threads (measured on the 2-core development machine), read in full to find nothing
+every ten seconds without that. Where ``maps`` cannot be read (another user's process, without root) a python
+process counts as training, as it looks. Which are watched: the training ones, and the
+python processes below a launcher or a training process (a rank before it has imported
+torch, a worker started with ``spawn``), which are part of the job but not training ranks.
+Another python process (a notebook without torch, a preprocessing script, an agent) is
+sampled as any other process is, its threads carried while it is quiet; ``--pid`` or
+``--all`` (``Selection``) watches it. affmon's own processes (any affmon, not only this one)
+are never watched.
 """
 
 from __future__ import annotations
@@ -106,8 +119,9 @@ CARRY_REREAD_EVERY = 30
 @dataclass(frozen=True)
 class Selection:
     """Which processes to watch. ``pids``: these and their descendants only. Otherwise
-    python processes, training launchers and every PID NVML lists on a GPU; ``all``
-    widens to every process. ``others``: also sample every other process, unwatched,
+    every PID NVML lists on a GPU, training launchers, python processes with a GPU or
+    deep-learning runtime mapped, and the python processes below those; ``all`` widens to
+    every process. ``others``: also sample every other process, unwatched,
     to see what else runs on the watched processes' CPUs. affmon never samples itself."""
 
     pids: tuple[int, ...] = ()
@@ -133,6 +147,7 @@ class _ProcessMemo:
     affmon: bool = False
     runtime: bool | None = None  # a GPU/deep-learning runtime mapped (None: unknown)
     runtime_checked_s: float = float("-inf")
+    runtime_vsize: int | None = -1  # the address space's size when ``maps`` was last scanned
     seen_ticks: int = -1  # utime + stime at the last sample, read or carried
     seen_s: float = float("-inf")  # when that was
     carried: int = 0  # samples in a row whose threads were carried, not read
@@ -149,6 +164,9 @@ class _ProcessMemo:
     # the stat is the same object (its line unchanged), the sample is handed out again.
     carried_sample: ProcessSample | None = None
     carried_stat: StatFields | None = None
+    # A watched process's status and cgroup cpuset as last read, its main thread's mask
+    # then, and the samples since (``Sampler._limits``).
+    limits: tuple[StatusFields | None, CpuSet | None, CpuSet | None, int] | None = None
 
 
 GpuSource = Callable[[], tuple[GpuSample, ...]]
@@ -176,12 +194,19 @@ class Sampler:
         self._contexts = ContextReader(self.proc, clock)
         self._mounts: tuple[Mount, ...] = ()
         self._mounts_read_at = float("-inf")
+        self._memory_readers = 1  # the processes whose numa_maps this sample reads (``_placement``)
 
     def check_pids(self) -> None:
         """Raise ``SourceError`` naming the first ``--pid`` that does not exist."""
         for pid in self.selection.pids:
             if self.proc.stat(pid) is None:
                 raise SourceError(f"no such process: {pid}")
+
+    def is_python(self, pid: int) -> bool:
+        """Whether the process last sampled as ``pid`` is a python interpreter or a training
+        launcher (by its name and command line); False for a PID not sampled."""
+        memo = self._memo.get(pid)
+        return memo is not None and memo.candidate
 
     def sample(self) -> Sample:
         start = self.clock()
@@ -195,9 +220,11 @@ class Sampler:
             self._mounts = read_mounts(self.root)
             self._mounts_read_at = start
         stats = self._process_stats(start)
-        candidates, training = self._training(stats, gpu_pids, start)
-        watched = self._select(stats, candidates, training)
+        followed, training = self._training(stats, gpu_pids, start)
+        watched = self._select(stats, followed, training)
         wanted = set(stats) if self.selection.others else watched
+        named = set(self.selection.pids)
+        self._memory_readers = max(1, sum(1 for pid in watched if pid in training or pid in named))
         processes = []
         for pid in sorted(wanted):
             sample = self._read_process(
@@ -269,9 +296,12 @@ class Sampler:
     def _training(
         self, stats: dict[int, StatFields], gpu_pids: Mapping[int, object], now: float
     ) -> tuple[set[int], set[int]]:
-        """(candidates: python processes and launchers, not affmon; training: those on a
-        GPU, the launchers, and the python processes with a runtime mapped or unknown)."""
+        """(followed: the python processes under a launcher or a training process, which
+        are part of a job whether or not they have mapped a runtime yet; training: those on
+        a GPU, the launchers, and the python processes with a runtime mapped or unknown).
+        affmon's own processes are neither."""
         candidates = set()
+        launchers = set()
         training = {pid for pid in gpu_pids if pid in stats}
         for pid, stat in stats.items():
             if stat.flags & PF_KTHREAD:  # never a training process
@@ -280,26 +310,34 @@ class Sampler:
             if not memo.candidate or memo.affmon:
                 continue
             candidates.add(pid)
-            if memo.runtime is not True and now - memo.runtime_checked_s >= RUNTIME_RECHECK_S:
+            if (
+                memo.runtime is not True
+                and now - memo.runtime_checked_s >= RUNTIME_RECHECK_S
+                and (stat.vsize_bytes is None or stat.vsize_bytes != memo.runtime_vsize)
+            ):
                 memo.runtime = self._runtime(pid)
                 memo.runtime_checked_s = now
-            launcher = stat.comm in LAUNCHERS or any(os.path.basename(a) in LAUNCHERS for a in memo.argv[:2])
-            if memo.runtime is not False or launcher:
+                memo.runtime_vsize = stat.vsize_bytes
+            if stat.comm in LAUNCHERS or any(os.path.basename(a) in LAUNCHERS for a in memo.argv[:2]):
+                launchers.add(pid)
                 training.add(pid)
-        return candidates, training
+            elif memo.runtime is not False:
+                training.add(pid)
+        below = descendants(training | launchers, ((p, s.ppid) for p, s in stats.items()))
+        return (below & candidates) | training, training
 
     def _runtime(self, pid: int) -> bool | None:
         if self.proc.live:
             return scan_maps(f"/proc/{pid}/maps")
         return maps_runtime(self.proc.read(pid, "maps"))
 
-    def _select(self, stats: dict[int, StatFields], candidates: set[int], training: set[int]) -> set[int]:
+    def _select(self, stats: dict[int, StatFields], followed: set[int], training: set[int]) -> set[int]:
         if self.selection.all:
             chosen = set(stats)
         elif self.selection.pids:
             chosen = descendants(self.selection.pids, ((p, s.ppid) for p, s in stats.items())) & set(stats)
         else:
-            chosen = candidates | training
+            chosen = followed | training
         return {pid for pid in chosen if not self._memo_for(stats[pid]).affmon}
 
     # -- reading ---------------------------------------------------------------
@@ -352,11 +390,6 @@ class Sampler:
         # by its PID: processes first seen together (all of them, at the monitor's start)
         # are then not all read again on the same tick, every CARRY_REREAD_EVERY samples.
         memo.carried = 0 if memo.samples else pid % CARRY_REREAD_EVERY
-        status, cgroup_cpus = None, None
-        if watched:  # others are only "what else runs where": their threads suffice
-            # Each unknown on its own: a bad status must not also hide the cgroup.
-            status = _or_none(self.proc.status, pid)
-            cgroup_cpus = _or_none(cgroup_cpuset, self.root, pid, self._mounts)
         seen: dict[int, ThreadSample] = {}
         seen_raw: dict[int, bytes] = {}
         previous = {t.tid: t for t in memo.samples}
@@ -388,9 +421,31 @@ class Sampler:
         memo.quiet_ticks = memo.quiet_ticks + 1 if quiet else 0
         if not seen:
             return None  # exited while we read it
-        if watched:
+        status, cgroup_cpus = None, None
+        if watched:  # others are only "what else runs where": their threads suffice
+            status, cgroup_cpus = self._limits(memo, pid, seen.get(pid))
             self._placement(memo, pid, now, training)
+        else:
+            memo.limits = None
         return self._process_sample(stat, memo, status, cgroup_cpus, gpu_use, watched, training, read=True)
+
+    def _limits(
+        self, memo: _ProcessMemo, pid: int, main: ThreadSample | None
+    ) -> tuple[StatusFields | None, CpuSet | None]:
+        """A watched process's ``status`` (owner, ``Mems_allowed``) and its cgroup's cpuset,
+        read again when its main thread's mask changed since the last read (a cpuset
+        change moves every task's mask with it), when it was last read
+        ``QUIET_REREAD_EVERY`` samples ago, or every sample in a recorded tree; else as last
+        read. Each unknown on its own: a bad status must not also hide the cgroup."""
+        mask = main.allowed_cpus if main is not None else None
+        kept = memo.limits
+        if kept is not None and self.proc.live and kept[2] == mask and kept[3] < QUIET_REREAD_EVERY:
+            memo.limits = (kept[0], kept[1], mask, kept[3] + 1)
+            return kept[0], kept[1]
+        status = _or_none(self.proc.status, pid)
+        cgroup_cpus = _or_none(cgroup_cpuset, self.root, pid, self._mounts)
+        memo.limits = (status, cgroup_cpus, mask, 1)
+        return status, cgroup_cpus
 
     def _process_sample(
         self,
@@ -429,17 +484,20 @@ class Sampler:
         )
 
     def _placement(self, memo: _ProcessMemo, pid: int, now: float, training: bool) -> None:
-        """What placed a watched process (once), and where a training process's pages are
-        (``numa_maps``, every few seconds: ``reread_period_s`` of what the last read cost)."""
+        """What placed a watched process (once), and where the pages are of a training
+        process or one named by ``--pid``, whatever it runs (``numa_maps``, every few
+        seconds: ``reread_period_s`` of what the last read cost)."""
         if memo.context is None:
             memo.context = self._contexts.read(pid, self._launcher_argv(memo))
-        if training and now >= memo.memory_due_s:
+        if (training or pid in self.selection.pids) and now >= memo.memory_due_s:
             t0 = time.perf_counter()
             try:
                 memo.memory = read_numa_maps(pid, self.root)
             except ParseError:
                 memo.memory = None
-            memo.memory_due_s = now + reread_period_s(time.perf_counter() - t0)
+            # The walks of all of them together, not each one's, stay within the share of the
+            # wall time ``reread_period_s`` allows one: 4 ranks with 6 workers each are 28.
+            memo.memory_due_s = now + reread_period_s((time.perf_counter() - t0) * self._memory_readers)
 
     def _launcher_argv(self, memo: _ProcessMemo) -> list[str] | None:
         """The command line of the nearest torchrun above the process (at most 8 levels)."""

@@ -52,7 +52,10 @@ class LiveSources:
     def sample(self) -> Sample:
         """One tick's sample, with the loop windows of the interval it closes."""
         sample = self.sampler.sample()
-        return sample if self.loops is None else self.loops.attach(sample)
+        if self.loops is None:
+            return sample
+        self.loops.pids = probed_pids(sample, self.sampler)
+        return self.loops.attach(sample)
 
     def close(self) -> None:
         if self.loops is not None:
@@ -62,6 +65,15 @@ class LiveSources:
             self.gateway.close()
             self.gateway = None
         self.sampler.proc.close()
+
+
+def probed_pids(sample: Sample, sampler: Sampler) -> tuple[int, ...]:
+    """The ``--pid`` processes whose loop thread the probe follows: a python one (its
+    loop is a Python loop the probe can read), or one with a GPU context. A shell or a
+    C program named by ``--pid`` has no loop to break down (the probe would call all of
+    its time "other"); the training processes below it are probed as ranks."""
+    named = set(sampler.selection.pids)
+    return tuple(p.pid for p in sample.processes if p.pid in named and (p.gpu_indices or sampler.is_python(p.pid)))
 
 
 def resolve_selection(selection: Selection, root: str = "/") -> Selection:
