@@ -176,6 +176,52 @@ def ancestor_nodesets(xml: Path, bus_ids: Iterable[str]) -> dict[str, tuple[str,
     return found
 
 
+def node_memory(xml: Path) -> dict[int, int | None]:
+    """Each NUMANode's ``local memory`` in bytes as ``hwloc-info`` prints it; a node it
+    prints 0 or nothing for is unknown (hwloc writes no attribute for either)."""
+    out = run_tool("hwloc-info", "-i", str(xml), "--if", "xml", "--disallowed", "numanode:all")
+    found: dict[int, int | None] = {}
+    node = None
+    for line in out.splitlines():
+        key, _, value = line.strip().partition(" = ")
+        if key == "os index":
+            node = int(value)
+            found[node] = None
+        elif key == "local memory" and node is not None:
+            found[node] = int(value) or None
+    return found
+
+
+LATENCY_HEADER = re.compile(r"Relative latency matrix \(name (?P<name>\S+) kind (?P<kind>\d+)\) between \d+ NUMANodes")
+
+
+def numa_latency(xml: Path, ids: list[int]) -> tuple[tuple[int, ...], ...] | None:
+    """The NUMA latency matrix over ``ids`` as ``lstopo --distances -p`` prints it (the one
+    named NUMALatency, else the first NUMANode latency one), kept only when it is what
+    Linux accepts: every distance 1-255, each node strictly nearest to itself."""
+    out = run_tool("lstopo-no-graphics", "-i", str(xml), "--if", "xml", "--disallowed", "--distances", "-p")
+    lines = out.splitlines()
+    tables: list[tuple[str, dict[int, dict[int, int]]]] = []
+    for n, line in enumerate(lines):
+        header = LATENCY_HEADER.match(line)
+        if header is None:
+            continue
+        columns = [int(c) for c in lines[n + 1].split()[1:]]
+        table: dict[int, dict[int, int]] = {}
+        for row in lines[n + 2 : n + 2 + len(columns)]:
+            first, *values = (int(v) for v in row.split())
+            table[first] = dict(zip(columns, values, strict=True))
+        tables.append((header["name"], table))
+    chosen = next((t for name, t in tables if name == "NUMALatency"), tables[0][1] if tables else None)
+    if chosen is None or any(node not in chosen for node in ids):
+        return None
+    rows = tuple(tuple(chosen[a][b] for b in ids) for a in ids)
+    for i, row in enumerate(rows):
+        if not all(1 <= v <= 255 for v in row) or any(v <= row[i] for j, v in enumerate(row) if j != i):
+            return None
+    return rows
+
+
 def calc_pus(xml: Path, *extra: str) -> frozenset[int]:
     out = run_tool("hwloc-calc", "-i", str(xml), "--if", "xml", *extra, "--po", "-I", "pu", "all")
     return frozenset(int(x) for x in out.strip().split(",") if x)
@@ -206,11 +252,14 @@ def hwloc_view(xml: Path) -> HwlocView:
     marked = frozenset(o.os_index for o in of_kind("PU") if o.text.endswith(" (disallowed)"))
     assert allowed == online - marked  # hwloc-calc and lstopo agree on what is disallowed
     complete = complete_cpusets_of_nodes(xml)
+    memory = node_memory(xml)
     nodes = []
     for o in of_kind("NUMANode"):
         assert o.os_index is not None
         only = o.subtype not in (None, "DRAM") or complete.get(o.os_index) == frozenset()
-        nodes.append(NumaNode(o.os_index, frozenset() if only else cpuset(o), memory_only=only))
+        nodes.append(
+            NumaNode(o.os_index, frozenset() if only else cpuset(o), memory_only=only, memory_bytes=memory[o.os_index])
+        )
     # The fixtures need no more than the subtype and complete_cpuset rules to give every
     # CPU one node; a file that needed the reader's ownership rule would fail here.
     assert sum(len(n.cpus) for n in nodes) == len(frozenset().union(*(n.cpus for n in nodes)))
@@ -268,6 +317,8 @@ def hwloc_view(xml: Path) -> HwlocView:
         cores=cores,
         l3_groups=groups,
         gpus=gpus,
+        node_distances=numa_latency(xml, sorted(n.id for n in nodes)),
+        gpus_known=any(o.kind in ("PCI", "HostBridge", "PCIBridge") for o in objs),
     )
     return HwlocView(
         topology=topology,
@@ -430,8 +481,8 @@ def test_irregular_groups_restricted_allowed_set_gpus_on_nodes_4_and_7() -> None
 def test_8ia64_sparse_nodes_and_cpu_less_node() -> None:
     topo = ours("hwloc-xml__8ia64-2n2s2c+1n.v1tov2.xml")
     assert node_cpus(topo) == {0: cpus("0-3"), 2: cpus("16-19"), 16: frozenset()}
-    assert topo.cpu_numa_nodes == (NumaNode(0, cpus("0-3")), NumaNode(2, cpus("16-19")))
-    assert topo.memory_only_nodes == (NumaNode(16, frozenset(), memory_only=True),)
+    assert [(n.id, n.cpus) for n in topo.cpu_numa_nodes] == [(0, cpus("0-3")), (2, cpus("16-19"))]
+    assert [(n.id, n.cpus) for n in topo.memory_only_nodes] == [(16, frozenset())]
     # The machine's listed "CPU ids 0-7,16-23" is the complete_cpuset; the file has PUs for half.
     assert topo.online_cpus == cpus("0-3,16-19")
     assert [p.id for p in topo.packages] == [0, 1, 131072, 131073]

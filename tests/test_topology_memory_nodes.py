@@ -134,7 +134,8 @@ def test_gh200x2_like(tree) -> None:
         node = hw.numa[node_id]
         assert node.subtype == "GPUMemory" and node.attrs["PCIBusID"] == bus
         assert hw.node_cpus(node_id) == topo.gpu(bus).local_cpus  # type: ignore[union-attr]
-        assert topo.node(node_id) == NumaNode(node_id, frozenset(), memory_only=True)
+        memory = int(node.attrs["local_memory"])  # bytes, from the node's MemTotal
+        assert topo.node(node_id) == NumaNode(node_id, frozenset(), memory_only=True, memory_bytes=memory)
     assert set(hw.numa) == {n.id for n in topo.numa_nodes}
 
 
@@ -270,8 +271,8 @@ def test_memory_only_node_cannot_hold_cpus() -> None:
 
 def test_json_marks_only_memory_only_nodes() -> None:
     assert gh_like().to_json()["numa_nodes"] == [
-        {"id": 0, "cpus": "0-3"},
-        {"id": 1, "cpus": "4-7"},
-        {"id": 2, "cpus": "", "memory_only": True},
-        {"id": 3, "cpus": "", "memory_only": True},
+        {"id": 0, "cpus": "0-3", "memory_bytes": None},
+        {"id": 1, "cpus": "4-7", "memory_bytes": None},
+        {"id": 2, "cpus": "", "memory_only": True, "memory_bytes": None},
+        {"id": 3, "cpus": "", "memory_only": True, "memory_bytes": None},
     ]

@@ -44,6 +44,19 @@ What is read
       hwloc's tools show a memory-only node with its locality's CPUs; that locality is
       not kept. A node whose ``cpuset`` has no online CPU but whose
       ``complete_cpuset`` has some is not memory-only: its CPUs are just not in the file.
+    * Node memory: the NUMANode's ``local_memory`` (bytes). hwloc writes no attribute
+      both for a node of 0 bytes and for one whose size it does not know, so a node
+      without it has unknown memory.
+    * Node distances: the ``<distances2 type="NUMANode">`` element under ``<topology>``
+      named ``NUMALatency`` (hwloc's name for the kernel's table), else the first one
+      whose ``kind`` has the latency bit (4): ``nbobjs`` objects, their OS indexes in
+      ``<indexes>`` and ``nbobjs`` squared values in ``<u64values>`` (each list may be
+      split over several elements), row by row. The matrix kept is the one over the
+      file's NUMA nodes; it is unknown when there is no such element, when a node is
+      missing from it, and (with a note) when it is malformed or ``distance_problem``
+      refuses it. Bandwidth matrices and ``<distances2hetero>`` (GPU NVLink bandwidths)
+      are not read. hwloc 1.x's ``<distances>`` elements only occur in 1.x files, which
+      are refused (below).
     * Packages: ``Package`` objects by ``os_index`` (-1 when the file has none) with the
       online CPUs under them; a package with no online CPU is left out.
     * Cores: each ``Core`` object's PUs, with the ``os_index`` of the ``Package`` above
@@ -67,7 +80,9 @@ What is read
       nodes is on the DRAM one); otherwise (none, or several, as for a GPU hwloc placed
       under a whole Group or Machine) it is None: unknown, never a guess. The nodeset
       is the one written in the file; hwloc recomputes nodesets when it loads a file,
-      which only differs for hand-edited files.
+      which only differs for hand-edited files. A file with no PCI object at all
+      (exported with I/O filtered out, ``lstopo --no-io``) says nothing of GPUs:
+      ``gpus_known`` is False.
 
 Objects of other types (Machine, Group, Die, Misc, MemCache, caches below the top
 level, Bridge, OSDev) are walked through; only ``object`` elements are descended into.
@@ -85,10 +100,15 @@ Bounds
     visited once, what it inherits is shared with its parent, and a GPU's locality is
     parsed once per ancestor however many GPUs share it.
 
+    A distance matrix is read for at most ``MAX_DISTANCE_NODES`` (1,024) nodes, each
+    value at most 20 digits, before ``distance_problem`` checks it.
+
 Errors: a file that cannot be read, or is too big, is a ``SourceError``; anything
 wrong with its content (not XML, truncated, too deep, not hwloc, wrong version,
 missing or malformed attribute) is a ``ParseError``. Both carry one line naming the
-file, and quote at most a short, escaped part of its content.
+file, and quote at most a short, escaped part of its content. A bad ``local_memory`` or
+distance matrix is the exception: nothing is planned from it alone, so it is left
+unknown and said in one line of the topology's ``notes``.
 """
 
 from __future__ import annotations
@@ -104,12 +124,15 @@ from typing import NamedTuple
 from affmon.core.cpuset import EMPTY, MAX_CPU_ID, CpuSet, parse_cpumask
 from affmon.core.errors import ParseError, SourceError
 from affmon.core.topology import (
+    MAX_DISTANCE_NODES,
+    MAX_NODE_MEMORY_BYTES,
     CacheGroup,
     Core,
     Gpu,
     NumaNode,
     Package,
     Topology,
+    distance_problem,
     gpu_vendor,
     normalize_bus_id,
 )
@@ -129,6 +152,9 @@ _PCI_TYPE = re.compile(r"\s*([0-9A-Fa-f]{1,4})\s+\[([0-9A-Fa-f]{1,4}):([0-9A-Fa-
 # ASCII digits (``\d`` also matches "３"), and few of them: int() refuses 4,300 and more.
 _VERSION = re.compile(r"([0-9]{1,9})(?:\.[0-9]+)*")
 _V1_HINT = "is hwloc XML v1; re-export it with hwloc 2 (lstopo --of xml)"
+_NUMBER = re.compile(r"[0-9]{1,20}")  # a local_memory, an index or a distance
+_LATENCY_KIND = 4  # HWLOC_DISTANCES_KIND_MEANS_LATENCY
+_PCI_TYPES = frozenset({"PCIDev", "Bridge"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +185,7 @@ def read_hwloc_xml(path: str) -> Topology:
     """Build the ``Topology`` an hwloc 2.x (or 3.x) XML export describes (module doc)."""
     root = _parse(path, _read(path))
     machine = _root_object(path, root)
-    return _build(path, machine)
+    return _build(path, root, machine)
 
 
 def _read(path: str) -> bytes:
@@ -245,10 +271,11 @@ def _root_object(path: str, root: ET.Element) -> ET.Element:
     return objects[0]
 
 
-def _build(path: str, machine: ET.Element) -> Topology:
+def _build(path: str, root: ET.Element, machine: ET.Element) -> Topology:
     pus: dict[int, _Pu] = {}
     numa_elems: list[ET.Element] = []
     gpu_elems: list[tuple[ET.Element, ET.Element | None]] = []
+    has_pci = False
 
     serial = 0
     stack: list[tuple[ET.Element, _Ctx]] = [(machine, _Ctx(None, None, None, None))]
@@ -273,8 +300,10 @@ def _build(path: str, machine: ET.Element) -> Topology:
             ctx = ctx._replace(package=_int_attr(path, elem, "os_index", default=-1))
         elif kind == "NUMANode":
             numa_elems.append(elem)
-        elif kind == "PCIDev":
-            gpu_elems.append((elem, ctx.locality))
+        elif kind in _PCI_TYPES:
+            has_pci = True
+            if kind == "PCIDev":
+                gpu_elems.append((elem, ctx.locality))
         else:
             level = _cache_level(path, elem, kind)
             if level is not None:
@@ -289,7 +318,9 @@ def _build(path: str, machine: ET.Element) -> Topology:
     allowed_text = machine.get("allowed_cpuset")
     allowed = online if allowed_text is None else _mask(path, machine, "allowed_cpuset") & online
 
-    nodes = _numa_nodes(path, numa_elems, online)
+    notes: list[str] = []
+    nodes = _numa_nodes(path, numa_elems, online, notes)
+    distances = _distances(path, root, sorted(nodes), notes)
 
     package_cpus: dict[int, set[int]] = {}
     core_cpus: dict[int, set[int]] = {}
@@ -323,17 +354,24 @@ def _build(path: str, machine: ET.Element) -> Topology:
         cores=[Core(core_package[key], frozenset(cpus)) for key, cpus in core_cpus.items()],
         l3_groups=l3_groups,
         gpus=gpus,
+        node_distances=distances,
+        gpus_known=has_pci,
+        notes=notes,
     )
 
 
-def _numa_nodes(path: str, elems: list[ET.Element], online: CpuSet) -> dict[int, NumaNode]:
-    """The NUMA nodes with the CPUs each owns, as Linux gives them (module doc)."""
+def _numa_nodes(path: str, elems: list[ET.Element], online: CpuSet, notes: list[str]) -> dict[int, NumaNode]:
+    """The NUMA nodes with the CPUs each owns, as Linux gives them, and their memory
+    (module doc)."""
     local: dict[int, CpuSet] = {}
     memory_only: set[int] = set()
+    memory: dict[int, int | None] = {}
+    bad_memory: list[tuple[int, str]] = []
     for elem in elems:
         node_id = _int_attr(path, elem, "os_index")
         if node_id in local:
             raise ParseError(f"{path}: NUMANode os_index {node_id} appears twice")
+        memory[node_id] = _local_memory(elem, node_id, bad_memory)
         local[node_id] = _mask(path, elem, "cpuset") & online
         subtype = elem.get("subtype")
         complete = None if elem.get("complete_cpuset") is None else _mask(path, elem, "complete_cpuset")
@@ -359,8 +397,83 @@ def _numa_nodes(path: str, elems: list[ET.Element], online: CpuSet) -> dict[int,
         mine = frozenset(owned.get(node_id, ()))
         # A node that had CPUs here but owns none is memory attached beside another node.
         only = node_id in memory_only or (bool(cpus) and not mine)
-        nodes[node_id] = NumaNode(node_id, EMPTY if only else mine, memory_only=only)
+        nodes[node_id] = NumaNode(node_id, EMPTY if only else mine, memory_only=only, memory_bytes=memory[node_id])
+    if bad_memory:
+        more = f" (and {len(bad_memory) - 1} more nodes)" if len(bad_memory) > 1 else ""
+        notes.append(f"{path}: memory of node {bad_memory[0][0]} unknown{more}: {bad_memory[0][1]}")
     return nodes
+
+
+def _local_memory(elem: ET.Element, node_id: int, bad: list[tuple[int, str]]) -> int | None:
+    """A NUMANode's ``local_memory`` in bytes; None when absent or unusable (then the
+    reason is added to ``bad``)."""
+    text = elem.get("local_memory")
+    if text is None:
+        return None
+    if not _NUMBER.fullmatch(text.strip()):
+        bad.append((node_id, f"local_memory {_shown(text, 30)!r} is not a number of bytes"))
+        return None
+    value = int(text.strip())
+    if value > MAX_NODE_MEMORY_BYTES:
+        bad.append((node_id, f"local_memory of {value:,} bytes is more than any machine addresses"))
+        return None
+    return value
+
+
+def _distances(path: str, root: ET.Element, ids: list[int], notes: list[str]) -> list[list[int]] | None:
+    """The NUMA latency matrix over ``ids`` (module doc), or None."""
+    candidates = [e for e in root.findall("distances2") if e.get("type", "").strip() == "NUMANode"]
+    chosen = next((e for e in candidates if e.get("name") == "NUMALatency"), None)
+    if chosen is None:
+        chosen = next((e for e in candidates if _is_latency(e.get("kind"))), None)
+    if chosen is None or not ids:
+        return None
+    try:
+        return _distance_rows(chosen, ids)
+    except ValueError as exc:
+        notes.append(f"{path}: node distances unknown: {exc}")
+        return None
+
+
+def _distance_rows(elem: ET.Element, ids: list[int]) -> list[list[int]] | None:
+    """The rows of ``elem`` for the nodes ``ids``; None when a node is not in it.
+    ``ValueError`` says what is wrong with a malformed element."""
+    count_text = elem.get("nbobjs", "").strip()
+    if not _NUMBER.fullmatch(count_text):
+        raise ValueError(f"bad nbobjs {_shown(count_text, 20)!r}")
+    count = int(count_text)
+    if count > MAX_DISTANCE_NODES:
+        raise ValueError(f"a matrix of {count:,} nodes, more than Linux numbers ({MAX_DISTANCE_NODES:,})")
+    if elem.get("indexing", "os").strip() != "os":
+        raise ValueError("nodes not given by OS index")
+    indexes = _numbers(elem, "indexes", count)
+    values = _numbers(elem, "u64values", count * count)
+    if len(set(indexes)) != count:
+        raise ValueError("a node appears twice in the matrix")
+    position = {node: i for i, node in enumerate(indexes)}
+    if any(node not in position for node in ids):
+        return None
+    rows = [[values[position[a] * count + position[b]] for b in ids] for a in ids]
+    problem = distance_problem(ids, rows)
+    if problem is not None:
+        raise ValueError(problem)
+    return rows
+
+
+def _numbers(elem: ET.Element, tag: str, count: int) -> list[int]:
+    """Exactly ``count`` numbers from the text of ``elem``'s ``tag`` children."""
+    words = [word for child in elem.findall(tag) for word in (child.text or "").split()]
+    if len(words) != count:
+        raise ValueError(f"{len(words):,} <{tag}> numbers for {count:,}")
+    bad = next((word for word in words if not _NUMBER.fullmatch(word)), None)
+    if bad is not None:
+        raise ValueError(f"<{tag}> holds {_shown(bad, 30)!r}, not a number")
+    return [int(word) for word in words]
+
+
+def _is_latency(kind: str | None) -> bool:
+    text = (kind or "").strip()
+    return bool(_NUMBER.fullmatch(text)) and bool(int(text) & _LATENCY_KIND)
 
 
 def _top_cache_level(chains: Iterable[_Cache | None]) -> int | None:

@@ -24,6 +24,14 @@ at most once. What is read, and what a missing file becomes:
   locality, which hwloc shows as the CPUs of its parent, is not read). A node whose CPUs
   are all offline has an empty set but is not memory-only. With no node directory at
   all (kernel without NUMA), one node 0 holds every online CPU.
+* Node memory: the ``Node <N> MemTotal: <n> kB`` line of ``node<N>/meminfo`` (what
+  ``numactl -H`` calls its size, and hwloc its ``local_memory``), in bytes; without
+  node directories, ``MemTotal`` of ``/proc/meminfo``. Missing: unknown.
+* Node distances: ``node<N>/distance`` holds node N's distance to every online node, in
+  the order of ``node/online`` (the kernel writes them ``for_each_online_node``); without
+  ``online``, the order of the node directories, which are the online nodes. Row N of
+  the matrix is that file, its columns picked for the nodes read above. A missing
+  ``distance`` file leaves the matrix unknown; so does a bad one, with a note.
 * Allowed CPUs: the cpuset cgroup of this process (``cgroup_cpuset(root, "self")``)
   intersected with the online CPUs; all online CPUs when the cgroup is unknown (or the
   intersection is empty, which no running process can have).
@@ -34,10 +42,16 @@ at most once. What is read, and what a missing file becomes:
   (unknown, never node 0); ``local_cpulist`` (or the mask ``local_cpus``) is the GPU's
   ``local_cpus`` as the kernel writes it, None when missing. A ``numa_node`` naming a
   memory-only node becomes the node of the GPU's local CPUs (``Topology.build``).
+  A tree without ``/sys/bus/pci/devices`` (``hwloc-gather-topology`` without ``--io``)
+  says nothing of GPUs: ``gpus_known`` is False.
 
 A root without ``sys/devices/system/cpu`` is not a sysfs tree: ``SourceError``. A
 missing or unreadable file degrades as said above; a file whose content cannot be
-parsed raises ``ParseError`` naming it.
+parsed raises ``ParseError`` naming it, except the memory and distance files: nothing
+is planned from them alone, so a bad one (no ``MemTotal`` line, a wrong count of
+distances, a distance outside ``distance_problem``'s bounds, a size beyond
+``MAX_NODE_MEMORY_BYTES``) leaves that value unknown and adds one line to the
+topology's ``notes``.
 """
 
 from __future__ import annotations
@@ -47,17 +61,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from affmon.collect.cgroup import cgroup_cpuset
-from affmon.collect.fs import clipped, is_dir, join, list_dir, quoted, read_line, shown_path
+from affmon.collect.fs import clipped, is_dir, join, list_dir, quoted, read_line, read_text, shown_path
 from affmon.core.cpuset import CpuSet, parse_cpulist, parse_cpumask
 from affmon.core.errors import ParseError, SourceError
 from affmon.core.topology import (
     GPU_PCI_CLASSES,
+    MAX_NODE_MEMORY_BYTES,
     CacheGroup,
     Core,
     Gpu,
     NumaNode,
     Package,
     Topology,
+    distance_problem,
     gpu_vendor,
 )
 
@@ -65,11 +81,17 @@ CPU_DIR = "/sys/devices/system/cpu"
 NODE_DIR = "/sys/devices/system/node"
 PCI_DIR = "/sys/bus/pci/devices"
 NVIDIA_PROC_GPUS = "/proc/driver/nvidia/gpus"
+PROC_MEMINFO = "/proc/meminfo"
 
 _CPU_NAME = re.compile(r"cpu(\d+)")
 _NODE_NAME = re.compile(r"node(\d+)")
 _INDEX_NAME = re.compile(r"index\d+")
 _CACHE_TYPES = frozenset({"Unified", "Data"})
+# "Node 0 MemTotal:       65794764 kB" (node meminfo), "MemTotal:  65794764 kB" (/proc).
+# ASCII digits, at most 20 of them: int() of a longer run costs more than it tells.
+_NODE_MEMTOTAL = re.compile(r"Node +(?P<node>[0-9]{1,10}) +MemTotal: +(?P<kb>[0-9]{1,20}) kB")
+_MEMTOTAL = re.compile(r"MemTotal: +(?P<kb>[0-9]{1,20}) kB")
+_DISTANCE = re.compile(r"[0-9]{1,20}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,15 +115,22 @@ def read_topology(root: str = "/") -> Topology:
         packages.setdefault(info.package, set()).add(cpu)
     cgroup = cgroup_cpuset(root, "self")
     allowed = online if cgroup is None or not (cgroup & online) else cgroup & online
+    notes: list[str] = []
+    nodes = _numa_nodes(root, online, notes)
+    distances = _distances(root, [n.id for n in nodes], notes) if is_dir(root, NODE_DIR) else None
+    gpus_known = is_dir(root, PCI_DIR)
     return Topology.build(
         source="sysfs",
         online_cpus=online,
         allowed_cpus=allowed,
-        numa_nodes=_numa_nodes(root, online),
+        numa_nodes=nodes,
         packages=[Package(id=pkg, cpus=frozenset(cpus)) for pkg, cpus in packages.items()],
         cores=[Core(package=infos[min(group)].package, cpus=group) for group in cores],
         l3_groups=_cache_groups(online, infos),
-        gpus=_gpus(root),
+        gpus=_gpus(root) if gpus_known else [],
+        node_distances=distances,
+        gpus_known=gpus_known,
+        notes=notes,
     )
 
 
@@ -168,19 +197,96 @@ def _partition(cpus: CpuSet, groups_of: Mapping[int, CpuSet | None]) -> list[Cpu
     return result
 
 
-def _numa_nodes(root: str, online: CpuSet) -> list[NumaNode]:
+def _numa_nodes(root: str, online: CpuSet, notes: list[str]) -> list[NumaNode]:
     ids = _numbered(list_dir(root, NODE_DIR), _NODE_NAME)
     if not ids:
-        return [NumaNode(id=0, cpus=online)]
+        memory = _memory(root, PROC_MEMINFO, _MEMTOTAL, None)
+        return [NumaNode(id=0, cpus=online, memory_bytes=memory if isinstance(memory, int) else None)]
     nodes = []
+    bad: list[tuple[int, str]] = []
     for node in ids:
         base = f"{NODE_DIR}/node{node}"
         cpus = _read_set(root, f"{base}/cpulist", f"{base}/cpumap")
         if cpus is None:
             cpus = frozenset(_numbered(list_dir(root, base), _CPU_NAME))
+        memory = _memory(root, f"{base}/meminfo", _NODE_MEMTOTAL, node)
+        if isinstance(memory, str):
+            bad.append((node, memory))
         # No CPU at all, online or not: Linux made it a memory-only node.
-        nodes.append(NumaNode(id=node, cpus=cpus & online, memory_only=not cpus))
+        nodes.append(
+            NumaNode(
+                id=node,
+                cpus=cpus & online,
+                memory_only=not cpus,
+                memory_bytes=memory if isinstance(memory, int) else None,
+            )
+        )
+    if bad:
+        more = f" (and {len(bad) - 1} more nodes)" if len(bad) > 1 else ""
+        notes.append(f"memory of node {bad[0][0]} unknown{more}: {bad[0][1]}")
     return nodes
+
+
+def _memory(root: str, path: str, pattern: re.Pattern[str], node: int | None) -> int | str | None:
+    """Bytes of the ``MemTotal`` line of a meminfo file; None when the file is missing;
+    a one-line reason (for a note) when it is there but gives no usable size."""
+    text = read_text(root, path)
+    if text is None:
+        return None
+    for line in text.splitlines():
+        match = pattern.fullmatch(line.strip())
+        if match is None:
+            continue
+        if node is not None and int(match["node"]) != node:
+            return f"{shown_path(path)} is for node {match['node']}"
+        size = int(match["kb"]) * 1024
+        if size > MAX_NODE_MEMORY_BYTES:
+            return f"{shown_path(path)}: MemTotal of {size:,} bytes is more than any machine addresses"
+        return size
+    return f"{shown_path(path)} has no MemTotal line in kB"
+
+
+def _distances(root: str, ids: list[int], notes: list[str]) -> list[list[int]] | None:
+    """The distance matrix over ``ids`` (module doc); None when unknown, with a note
+    when a file was there but unusable."""
+    if not ids:
+        return None
+    online_path = f"{NODE_DIR}/online"
+    # The first line: hwloc's gathered trees end some of these files with "\n\0".
+    online_text = (_value(root, online_path) or "").split("\n")[0].strip() or None
+    try:
+        order = sorted(parse_cpulist(online_text)) if online_text is not None else ids
+    except ParseError as exc:
+        notes.append(f"node distances unknown: {shown_path(online_path)}: {clipped(str(exc))}")
+        return None
+    column = {node: i for i, node in enumerate(order)}
+    missing = [node for node in ids if node not in column]
+    if missing:
+        notes.append(f"node distances unknown: node {missing[0]} is not in {shown_path(online_path)}")
+        return None
+    rows = []
+    for node in ids:
+        path = f"{NODE_DIR}/node{node}/distance"
+        text = _value(root, path)
+        if text is None:
+            return None
+        words = text.split()
+        if len(words) != len(order):
+            notes.append(
+                f"node distances unknown: {shown_path(path)} holds {len(words):,} numbers "
+                f"for {len(order):,} online nodes"
+            )
+            return None
+        if not all(_DISTANCE.fullmatch(word) for word in words):
+            notes.append(f"node distances unknown: {shown_path(path)}: not a list of distances: {quoted(text)}")
+            return None
+        values = [int(word) for word in words]
+        rows.append([values[column[other]] for other in ids])
+    problem = distance_problem(ids, rows)
+    if problem is not None:
+        notes.append(f"node distances unknown: {NODE_DIR}/node*/distance: {problem}")
+        return None
+    return rows
 
 
 def _gpus(root: str) -> list[Gpu]:

@@ -7,17 +7,35 @@ import json
 import sys
 import time
 
+from affmon.collect.fs import is_dir
+from affmon.collect.gather_tarball import extracted_root, is_archive
 from affmon.collect.sampler import Selection
 from affmon.commands.report import snapshot_json, snapshot_text, topology_text
+from affmon.core.errors import SourceError
 from affmon.core.fmt import term_safe
 from affmon.core.rates import make_snapshot
 from affmon.core.recording import header_line, private_sample, sample_line
 from affmon.sources.live import live_sources, load_topology
 from affmon.sources.record import open_output
 
+SYSFS_CPU_DIR = "sys/devices/system/cpu"
+
 
 def cmd_topology(args: argparse.Namespace) -> int:
-    topology = load_topology(args.root, args.hwloc_xml)
+    """The topology of this machine, of a sysfs tree (a directory, or the ``.tar.bz2``
+    that ``hwloc-gather-topology`` writes) or of an hwloc XML file. What the reader left
+    unknown and why goes to stderr, one ``warning:`` line each."""
+    if args.root is not None and is_archive(args.root):
+        with extracted_root(args.root) as root:
+            if not is_dir(root, SYSFS_CPU_DIR):
+                raise SourceError(
+                    f"--root {term_safe(args.root)}: the archive holds no {SYSFS_CPU_DIR}: not a gathered Linux tree"
+                )
+            topology = load_topology(root)
+    else:
+        topology = load_topology(args.root, args.hwloc_xml)
+    for note in topology.notes:
+        print(f"warning: {term_safe(note)}", file=sys.stderr)
     if args.json:
         print(json.dumps(topology.to_json(), indent=2))
     else:

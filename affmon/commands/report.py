@@ -13,7 +13,7 @@ from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.fmt import term_safe
 from affmon.core.loop_report import LoopReport, loop_reports
 from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
-from affmon.core.topology import Topology
+from affmon.core.topology import Topology, format_gib
 
 
 def _cpus(cpus: CpuSet | None) -> str | None:
@@ -135,6 +135,9 @@ def _bytes_per_s(value: float | None) -> str:
 
 
 def topology_text(t: Topology) -> str:
+    """``affmon topology``'s text: CPUs, packages, cores and caches, each NUMA node with
+    its CPUs and memory, the node distances as ``numactl -H`` prints them (2+ nodes),
+    and the GPUs, or why they are unknown."""
     smt = max((len(c.cpus) for c in t.cores), default=1)
     lines = [
         f"source: {term_safe(t.source)}",
@@ -147,7 +150,10 @@ def topology_text(t: Topology) -> str:
     for n in t.numa_nodes:
         gpus = [term_safe(g.pci_bus_id) for g in t.gpus if g.numa_node == n.id]
         note = f"  GPUs: {', '.join(gpus)}" if gpus else ""
-        lines.append(f"  node {n.id}: CPUs {format_cpulist(n.cpus) or '(none: memory only)'}{note}")
+        cpus = format_cpulist(n.cpus) or "(none: memory only)"
+        lines.append(f"  node {n.id}: CPUs {cpus}, memory {format_gib(n.memory_bytes)}{note}")
+    if len(t.numa_nodes) > 1:
+        lines += distance_table(t)
     for p in t.packages:
         lines.append(f"package {p.id}: CPUs {format_cpulist(p.cpus)}")
     for i, g in enumerate(t.l3_groups):
@@ -158,9 +164,25 @@ def topology_text(t: Topology) -> str:
             node = "unknown (firmware gives none)" if gpu.numa_node is None else str(gpu.numa_node)
             local = "unknown" if gpu.local_cpus is None else format_cpulist(gpu.local_cpus)
             lines.append(f"  {term_safe(gpu.pci_bus_id)} {term_safe(gpu.vendor)}: NUMA node {node}, local CPUs {local}")
+    elif not t.gpus_known:
+        where = "this file has no PCI devices" if t.source == "hwloc-xml" else "this tree has no PCI bus"
+        lines.append(f"{where}: GPUs unknown")
     else:
         lines.append("GPUs: none found on the PCI bus")
     return "\n".join(lines)
+
+
+def distance_table(t: Topology) -> list[str]:
+    """``node distances:`` and the matrix, laid out as ``numactl -H`` does (columns of at
+    least three characters, wider for wider numbers), or one line saying it is unknown."""
+    if t.node_distances is None:
+        return ["node distances: unknown"]
+    ids = [n.id for n in t.numa_nodes]
+    width = max(3, *(len(str(v)) for v in ids), *(len(str(v)) for row in t.node_distances for v in row))
+    lines = ["node distances:", f"{'node':<{width + 2}}" + " ".join(f"{i:>{width}}" for i in ids)]
+    for node_id, row in zip(ids, t.node_distances, strict=True):
+        lines.append(f"{node_id:>{width}}: " + " ".join(f"{v:>{width}}" for v in row))
+    return lines
 
 
 def loop_text(r: LoopReport) -> str:

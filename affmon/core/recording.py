@@ -44,7 +44,16 @@ from affmon.core.json_values import (
 from affmon.core.recording_extras import context_from_json, context_to_json, memory_from_json, memory_to_json
 from affmon.core.recording_loop import window_from_json, window_to_json
 from affmon.core.samples import GpuProcess, GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
-from affmon.core.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
+from affmon.core.topology import (
+    MAX_NODE_MEMORY_BYTES,
+    CacheGroup,
+    Core,
+    Gpu,
+    NumaNode,
+    Package,
+    Topology,
+    distance_problem,
+)
 
 FORMAT_VERSION = 1
 
@@ -132,9 +141,20 @@ def _check_rows(d: dict[str, Any]) -> None:
 
 
 def topology_to_json(t: Topology) -> dict[str, Any]:
-    """Everything a Topology holds (``Topology.to_json`` is the shorter public shape)."""
+    """Everything a Topology holds (``Topology.to_json`` is the shorter public shape),
+    its notes aside. A node's ``memory_bytes`` and the ``node_distances`` are written
+    when known, ``gpus_known`` only when false: absent, they read as unknown memory and
+    distances and as GPUs read from a PCI bus, which is what a recording made before
+    they existed means. So such a recording's header is written back unchanged."""
     data = t.to_json()
     data["l3_groups"] = [{"level": g.level, "cpus": format_cpulist(g.cpus)} for g in t.l3_groups]
+    for node in data["numa_nodes"]:
+        if node["memory_bytes"] is None:
+            del node["memory_bytes"]
+    if data["node_distances"] is None:
+        del data["node_distances"]
+    if data["gpus_known"]:
+        del data["gpus_known"]
     return data
 
 
@@ -143,7 +163,27 @@ def _numa_node(n: dict[str, Any]) -> NumaNode:
     memory_only = read_bool(n.get("memory_only", False), "memory_only")
     if memory_only and cpus:
         raise ParseError(f"NUMA node {node_id} is marked memory only but lists CPUs")
-    return NumaNode(node_id, cpus, memory_only=memory_only)
+    memory = read_opt_int(n.get("memory_bytes"), "memory_bytes")
+    if memory is not None and not 0 <= memory <= MAX_NODE_MEMORY_BYTES:
+        raise ParseError(f"NUMA node {node_id}: memory_bytes {memory} is not a node's memory")
+    return NumaNode(node_id, cpus, memory_only=memory_only, memory_bytes=memory)
+
+
+def _node_distances(value: Any, nodes: list[NumaNode]) -> list[list[int]] | None:
+    """The matrix as written (rows and columns in the order of the recording's nodes),
+    reordered by node id as ``Topology.build`` takes it; None when absent."""
+    if value is None:
+        return None
+    written = [
+        [read_int(v, "node distance") for v in read_list(row, "node_distances row")]
+        for row in read_list(value, "node_distances")
+    ]
+    ids = [n.id for n in nodes]
+    problem = distance_problem(ids, written)
+    if problem is not None:
+        raise ParseError(f"node_distances: {problem}")
+    order = sorted(range(len(ids)), key=lambda i: ids[i])
+    return [[written[i][j] for j in order] for i in order]
 
 
 def topology_from_json(d: dict[str, Any]) -> Topology:
@@ -152,11 +192,14 @@ def topology_from_json(d: dict[str, Any]) -> Topology:
     def items(key: str) -> list[dict[str, Any]]:
         return [read_dict(item, key) for item in read_list(d[key], key)]
 
+    nodes = [_numa_node(n) for n in items("numa_nodes")]
     return Topology.build(
         source=read_str(d["source"], "source"),
         online_cpus=_set(d["online_cpus"]) or (),
         allowed_cpus=_set(d["allowed_cpus"]) or (),
-        numa_nodes=[_numa_node(n) for n in items("numa_nodes")],
+        numa_nodes=nodes,
+        node_distances=_node_distances(d.get("node_distances"), nodes),
+        gpus_known=read_bool(d.get("gpus_known", True), "gpus_known"),
         packages=[Package(read_int(p["id"], "package id"), _set(p["cpus"]) or frozenset()) for p in items("packages")],
         cores=[Core(read_int(c["package"], "core package"), _set(c["cpus"]) or frozenset()) for c in items("cores")],
         l3_groups=[

@@ -1,14 +1,19 @@
-"""The machine as affmon plans against it: CPUs, cores, caches, NUMA nodes, GPUs.
+"""The machine as affmon plans against it: CPUs, cores, caches, NUMA nodes (with their
+memory and the distances between them), GPUs.
 
 A ``Topology`` is built by one of the readers in ``affmon.collect`` (live or recorded
 sysfs, hwloc XML) and is immutable afterwards. All CPU ids are OS ids. Lists are kept
 sorted the way ``affmon topology --json`` prints them, so two readers of the same
 machine produce equal values.
+
+Node distances are the kernel's (ACPI SLIT or device tree) relative figures, as
+``numactl -H`` prints them: 10 for a node to itself, larger for farther nodes. They are
+a matrix over every node, memory-only ones included, or unknown as a whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,6 +30,14 @@ GPU_PCI_CLASSES = {0x0300, 0x0302, 0x0380}
 # Server boards' onboard display chips that carry a GPU vendor's id but are the BMC's
 # or the console's VGA, never a compute GPU: (vendor, device).
 ONBOARD_VGA = frozenset({(AMD_VENDOR_ID, 0x515E)})  # ATI ES1000 (Radeon 7000 core)
+
+# Linux keeps a node distance in one byte (``numa_distance`` on x86, arm64, RISC-V and
+# LoongArch; POWER computes at most 160) and numbers at most 1,024 nodes (NODES_SHIFT is
+# at most 10): a larger distance or matrix is not a machine's.
+MAX_DISTANCE = 255
+MAX_DISTANCE_NODES = 1024
+# 4 PiB: what 52-bit physical addresses (x86-64 with 5-level paging, arm64 LPA) reach.
+MAX_NODE_MEMORY_BYTES = 1 << 52
 
 
 def gpu_vendor(vendor_id: int, pci_class: int, device_id: int | None = None) -> str | None:
@@ -56,15 +69,22 @@ class NumaNode:
     is its locality, not CPUs it owns. Threads never run "on" it, so it is never a
     rank's home node, a ``--membind`` target or the node a GPU is local to. A node that
     is not memory-only may still have empty ``cpus`` here (its CPUs offline, or outside
-    the CPUs an hwloc file kept)."""
+    the CPUs an hwloc file kept).
+
+    ``memory_bytes``: the node's memory (sysfs ``MemTotal``, hwloc's ``local_memory``);
+    None when the source does not say. A memory-less node (the NVIDIA driver keeps such
+    nodes for MIG) has 0."""
 
     id: int
     cpus: CpuSet
     memory_only: bool = False
+    memory_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.memory_only and self.cpus:
             raise ValueError(f"memory-only NUMA node {self.id} cannot hold CPUs")
+        if self.memory_bytes is not None and not 0 <= self.memory_bytes <= MAX_NODE_MEMORY_BYTES:
+            raise ValueError(f"NUMA node {self.id}: memory of {self.memory_bytes} bytes is not a node's")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +126,14 @@ class Gpu:
 
 @dataclass(frozen=True, slots=True)
 class Topology:
+    """``node_distances``: row i, column j is the distance from ``numa_nodes[i]`` to
+    ``numa_nodes[j]`` (``distance`` looks it up by node id); None when unknown.
+    ``gpus_known``: False when the source had no PCI bus to look at (a sysfs tree
+    gathered without ``/sys/bus/pci``, an hwloc file exported without I/O objects):
+    ``gpus`` is then empty because nothing was read, not because there are none.
+    ``notes``: what the reader found unusable and left unknown, one line each, for the
+    front end to say once (not compared, not recorded)."""
+
     source: str  # "sysfs" or "hwloc-xml"
     online_cpus: CpuSet
     allowed_cpus: CpuSet
@@ -114,7 +142,11 @@ class Topology:
     cores: tuple[Core, ...]
     l3_groups: tuple[CacheGroup, ...]
     gpus: tuple[Gpu, ...]
+    node_distances: tuple[tuple[int, ...], ...] | None = None
+    gpus_known: bool = True
+    notes: tuple[str, ...] = field(default=(), compare=False)
     _node_of_cpu: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
+    _node_index: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def build(
@@ -127,8 +159,15 @@ class Topology:
         cores: Iterable[Core],
         l3_groups: Iterable[CacheGroup],
         gpus: Iterable[Gpu],
+        node_distances: Sequence[Sequence[int]] | None = None,
+        gpus_known: bool = True,
+        notes: Iterable[str] = (),
     ) -> Topology:
         """Sort every list the canonical way and index CPUs to their nodes.
+
+        ``node_distances`` rows and columns are in the order of the nodes' ids; a matrix
+        that ``distance_problem`` refuses is a ``ValueError`` (readers check it first and
+        leave the distances unknown, with a note).
 
         A GPU whose ``numa_node`` names a memory-only node (its own memory, as NVML
         reports it on Grace Hopper) is given the node its local CPUs are on instead
@@ -137,6 +176,13 @@ class Topology:
         # Readers give every CPU one node; where a file gives two nodes the same CPUs, a
         # CPU belongs to the lowest id. Memory-only nodes hold no CPUs, so none is indexed.
         node_of_cpu = {cpu: node.id for node in reversed(nodes) for cpu in node.cpus}
+        ids = [n.id for n in nodes]
+        distances = None
+        if node_distances is not None:
+            problem = distance_problem(ids, node_distances)
+            if problem is not None:
+                raise ValueError(problem)
+            distances = tuple(tuple(row) for row in node_distances)
         topology = Topology(
             source=source,
             online_cpus=frozenset(online_cpus),
@@ -146,7 +192,11 @@ class Topology:
             cores=tuple(sorted(cores, key=lambda c: _first(c.cpus))),
             l3_groups=tuple(sorted(l3_groups, key=lambda g: _first(g.cpus))),
             gpus=(),
+            node_distances=distances,
+            gpus_known=gpus_known,
+            notes=tuple(notes),
             _node_of_cpu=node_of_cpu,
+            _node_index={node_id: i for i, node_id in enumerate(ids)},
         )
         homed = (replace(g, numa_node=topology.gpu_home_node(g.numa_node, g.local_cpus)) for g in gpus)
         return replace(topology, gpus=tuple(sorted(homed, key=lambda g: g.pci_bus_id)))
@@ -184,6 +234,23 @@ class Topology:
     def node(self, node_id: int) -> NumaNode | None:
         return next((n for n in self.numa_nodes if n.id == node_id), None)
 
+    def distance(self, a: int, b: int) -> int | None:
+        """The distance from node ``a`` to node ``b`` (10 from a node to itself on Linux);
+        None when the distances are unknown or either node is not in the topology."""
+        i, j = self._node_index.get(a), self._node_index.get(b)
+        if self.node_distances is None or i is None or j is None:
+            return None
+        return self.node_distances[i][j]
+
+    def nodes_by_distance(self, node_id: int) -> tuple[int, ...] | None:
+        """Every node's id, nearest to ``node_id`` first (itself, then ties by id): the
+        order to fall back in when a node cannot be used. None when unknown."""
+        i = self._node_index.get(node_id)
+        if self.node_distances is None or i is None:
+            return None
+        row = self.node_distances[i]
+        return tuple(sorted((n.id for n in self.numa_nodes), key=lambda n: (row[self._node_index[n]], n)))
+
     def gpu(self, pci_bus_id: str) -> Gpu | None:
         wanted = normalize_bus_id(pci_bus_id)
         return next((g for g in self.gpus if g.pci_bus_id == wanted), None)
@@ -200,8 +267,10 @@ class Topology:
 
     def to_json(self) -> dict[str, Any]:
         """The exact shape ``affmon topology --json`` prints. A node carries
-        ``"memory_only": true`` only when it is memory-only, so machines without such
-        nodes print (and record) the same shape as before the flag existed."""
+        ``"memory_only": true`` only when it is memory-only, and always
+        ``"memory_bytes"`` (null: unknown). ``"node_distances"`` is the matrix in the
+        order of ``"numa_nodes"`` (null: unknown); ``"gpus_known"`` false says the
+        source had no PCI bus to read, so an empty ``"gpus"`` proves nothing."""
         return {
             "source": self.source,
             "online_cpus": format_cpulist(self.online_cpus),
@@ -219,13 +288,48 @@ class Topology:
                 }
                 for g in self.gpus
             ],
+            "node_distances": None if self.node_distances is None else [list(r) for r in self.node_distances],
+            "gpus_known": self.gpus_known,
         }
+
+
+def distance_problem(node_ids: Sequence[int], rows: Sequence[Sequence[int]]) -> str | None:
+    """Why ``rows`` (in the order of ``node_ids``) is not a NUMA distance matrix, or None.
+
+    A matrix is one row of one distance per node for every node, each distance an
+    integer from 1 to ``MAX_DISTANCE``, and every node strictly nearest to itself: Linux
+    refuses any other table from the firmware (``slit_valid``: 10 on the diagonal, more
+    elsewhere; ``numa_set_distance`` likewise), so another one was not the kernel's."""
+    count = len(node_ids)
+    if count > MAX_DISTANCE_NODES:
+        return f"{count:,} nodes, more than Linux numbers ({MAX_DISTANCE_NODES:,})"
+    if len(rows) != count:
+        return f"{len(rows)} rows of distances for {count} nodes"
+    for node_id, row in zip(node_ids, rows, strict=True):
+        if len(row) != count:
+            return f"node {node_id} has {len(row)} distances for {count} nodes"
+        for value in row:
+            if type(value) is not int or not 1 <= value <= MAX_DISTANCE:
+                return f"node {node_id} has distance {str(value)[:20]}, outside 1-{MAX_DISTANCE}"
+    for i, (node_id, row) in enumerate(zip(node_ids, rows, strict=True)):
+        if any(value <= row[i] for j, value in enumerate(row) if j != i):
+            return f"node {node_id} is not nearer to itself ({row[i]}) than to every other node"
+    return None
+
+
+def format_gib(memory_bytes: int | None) -> str:
+    """A node's memory for a person: ``"62.7 GiB"``, ``"0 GiB"`` for a memory-less node,
+    ``"unknown"`` for None."""
+    if memory_bytes is None:
+        return "unknown"
+    return "0 GiB" if memory_bytes == 0 else f"{memory_bytes / (1 << 30):.1f} GiB"
 
 
 def _node_json(node: NumaNode) -> dict[str, Any]:
     data: dict[str, Any] = {"id": node.id, "cpus": format_cpulist(node.cpus)}
     if node.memory_only:
         data["memory_only"] = True
+    data["memory_bytes"] = node.memory_bytes
     return data
 
 
@@ -235,12 +339,17 @@ def _first(cpus: CpuSet) -> int:
 
 __all__ = [
     "EMPTY",
+    "MAX_DISTANCE",
+    "MAX_DISTANCE_NODES",
+    "MAX_NODE_MEMORY_BYTES",
     "CacheGroup",
     "Core",
     "Gpu",
     "NumaNode",
     "Package",
     "Topology",
+    "distance_problem",
+    "format_gib",
     "gpu_vendor",
     "normalize_bus_id",
 ]
