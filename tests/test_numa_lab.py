@@ -10,14 +10,16 @@ host runs.
 * two nodes of 2 CPUs: the topology against lstopo; four jobs (memory remote, threads
   spread, all local, a rank on the wrong node) through snapshot, diagnose, pin and undo;
   two migrations the kernel does not make in full;
-* four nodes of 1 CPU, and two nodes plus a memory-only node: the topology against
-  lstopo; on the latter a job whose memory is on the memory-only node, and the plan for a
-  GPU whose node is that one.
+  the monitor in tmux on a job whose memory is remote;
+* four nodes of 1 CPU: the topology against lstopo; ``plan`` (live, ``--root``, ``--gpus``)
+  with one GPU per node, each rank launched by the plan's numactl line and by ``exec``,
+  ``audit`` of ranks started with ``numactl --cpunodebind``, on plan and with one moved;
+* two nodes plus a memory-only node: the topology against lstopo; a job whose memory is
+  on the memory-only node, and the plan for a GPU whose node is that one.
 
 The first boot installs the lab's Debian packages (root, apt-get) and builds its
-initramfs into ``.cache/numa-lab/``. ``python -m bench.numa.lab_scenarios`` runs the rest
-(plan, exec and audit on four nodes, the monitor in tmux, bandwidth) and docs/validation.md
-has its figures.
+initramfs into ``.cache/numa-lab/``. ``python -m bench.numa.lab_scenarios`` prints the same
+runs as tables, and the bandwidth the tests do not measure (docs/numa-lab.md).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 from typing import Any
 
 import pytest
@@ -45,12 +48,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def boot(shape: str, part: str, timeout_s: float) -> dict[str, Any]:
+def boot(shape: str, parts: str, timeout_s: float) -> dict[str, Any]:
     """One boot of ``shape`` running ``affmon topology --json`` (the installed command) and
-    ``lab_checks PART``; their JSON, with the lab's timings."""
+    ``lab_checks PARTS``; their JSON, with the lab's timings."""
     if os.geteuid() != 0 and missing_packages():
         pytest.skip(f"the NUMA lab needs root to install {', '.join(missing_packages())} (or install them)")
-    command = f'affmon topology --json >"$LAB_OUT/topology.json" && python -m bench.numa.lab_checks {part}'
+    command = f'affmon topology --json >"$LAB_OUT/topology.json" && python -m bench.numa.lab_checks {parts}'
     try:
         result = vm.run(shape, command, timeout_s=timeout_s)
     except LabError as exc:
@@ -68,12 +71,12 @@ def boot(shape: str, part: str, timeout_s: float) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def two_nodes() -> dict[str, Any]:
-    return boot("two-nodes", "placement", timeout_s=1200)
+    return boot("two-nodes", "placement tui", timeout_s=1500)
 
 
 @pytest.fixture(scope="module")
 def four_nodes() -> dict[str, Any]:
-    return boot("four-nodes", "topology", timeout_s=600)
+    return boot("four-nodes", "topology ranks", timeout_s=1200)
 
 
 @pytest.fixture(scope="module")
@@ -302,3 +305,97 @@ def test_a_gpu_on_the_memory_only_node_is_planned_on_its_cpus_node(memory_only):
     assert rank["numa_node"] == 1
     assert parse_cpulist(rank["cpus"]) <= {2, 3}
     assert rank["launch"]["numactl"].endswith("--membind=1")
+
+
+# -- ranks on four nodes: plan, exec, audit -------------------------------------------
+
+
+def ranks(four_nodes: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = four_nodes["ranks"]
+    return result
+
+
+def node_cpus(four_nodes: dict[str, Any]) -> dict[int, frozenset[int]]:
+    nodes = four_nodes["topology"]["sysfs"]["nodes"]
+    return {int(n): frozenset(parse_cpulist(v["cpulist"])) for n, v in nodes.items() if v["cpulist"]}
+
+
+def test_plan_gives_each_rank_whole_cores_of_its_gpus_node_with_membind(four_nodes):
+    """One GPU per node: each rank's CPUs are whole cores of its GPU's node, disjoint from
+    every other rank's, and its numactl line binds memory to that node."""
+    r = ranks(four_nodes)
+    plan = r["plan_live"]
+    assert plan["rc"] == 0, plan["stderr"]
+    nodes = node_cpus(four_nodes)
+    cores = [c.cpus for c in topology_from_json(four_nodes["command_topology"]).cores]
+    plans = plan["json"]["plans"]
+    assert [p["numa_node"] for p in plans] == sorted(r["gpus"].values()) == sorted(nodes)
+    seen: set[int] = set()
+    for p in plans:
+        cpus = parse_cpulist(p["cpus"])
+        assert cpus and cpus <= nodes[p["numa_node"]], p
+        assert all(core <= cpus or not core & cpus for core in cores), f"a core split: {p}"
+        assert not cpus & seen, f"CPUs of two ranks: {p}"
+        seen |= cpus
+        assert p["launch"]["numactl"].endswith(f"--membind={p['numa_node']}"), p["launch"]
+
+
+def test_plan_from_a_recorded_tree_is_the_live_plan_and_gpus_picks_ranks(four_nodes):
+    r = ranks(four_nodes)
+    assert r["plan_root"]["rc"] == 0, r["plan_root"]["stderr"]
+    assert r["plan_root"]["json"]["plans"] == r["plan_live"]["json"]["plans"]
+    share = r["plan_root_share"]["json"]["plans"]
+    assert [(p["gpu_index"], p["numa_node"]) for p in share] == [(1, 1), (3, 3)]
+
+
+@pytest.mark.parametrize("how", ["numactl", "exec"])
+def test_each_rank_launched_runs_on_its_plan_with_its_memory_there(four_nodes, how):
+    """Launched by the plan's own numactl line, and by ``affmon exec --from-env``: the
+    rank's mask is its plan and the 32 MiB it writes sit on its node."""
+    r = ranks(four_nodes)
+    for p, rank in zip(r["plan_live"]["json"]["plans"], r["launch"][how], strict=True):
+        assert rank["rc"] == 0, rank["stderr"]
+        assert set(rank["mask"]) == parse_cpulist(p["cpus"]), rank
+        on_node = rank["numa_maps"].get(str(p["numa_node"]), 0)
+        assert on_node >= 32 * MIB, rank
+        assert on_node / sum(rank["numa_maps"].values()) >= 0.95, rank
+
+
+def test_audit_of_ranks_on_their_nodes_then_of_one_moved(four_nodes):
+    """Ranks started with ``numactl --cpunodebind=N --membind=N`` on their GPU's node are on
+    plan (exit 0); rank 1 moved to another node's CPU is off plan and FAR (exit 1)."""
+    audit = ranks(four_nodes)["audit"]
+    on_plan = audit["on_plan"]
+    assert on_plan["rc"] == 0, on_plan["stderr"] or on_plan["json"]
+    assert [x["verdict"] for x in on_plan["json"]["ranks"]] == ["on plan"] * 4
+    off_plan = audit["off_plan"]
+    assert off_plan["rc"] == 1, off_plan["stderr"]
+    moved = audit["moved"]
+    by_rank = {x["local_rank"]: x for x in off_plan["json"]["ranks"]}
+    rank = by_rank[moved["rank"]]
+    assert rank["verdict"] == "off plan"
+    assert parse_cpulist(rank["mask"]) == parse_cpulist(moved["cpus"])
+    assert "FAR" in {problem["code"] for problem in rank["problems"]}
+    for other, x in by_rank.items():
+        if other != moved["rank"]:
+            assert "FAR" not in {problem["code"] for problem in x["problems"]}, x
+
+
+# -- the monitor in the guest ---------------------------------------------------------
+
+
+def test_the_monitor_shows_two_nodes_and_the_jobs_memory_per_node(two_nodes):
+    """``affmon --pid JOB`` in tmux: the core map has both nodes, the selected job's memory
+    line gives what numa_maps holds per node, and REMOTE_MEMORY is shown."""
+    tui = two_nodes["tui"]
+    screen = tui["screen"]
+    for mark in ("job_row_s", "both_nodes_s", "memory_line_s", "remote_memory_s"):
+        assert mark in tui, f"never seen: {mark}\n{screen}"
+    assert "2 NUMA nodes" in screen
+    assert re.search(r"node 0 · .*CPUs 0-1", screen) and re.search(r"node 1 · .*CPUs 2-3", screen), screen
+    line = re.search(r"memory node 0 ([\d.]+) GiB · node 1 ([\d.]+) GiB", screen)
+    assert line, screen
+    for node, shown in enumerate(line.groups()):
+        # One decimal of GiB; the job's resident set moves by its interpreter's heap meanwhile.
+        assert abs(float(shown) - tui["numa_maps"].get(str(node), 0) / (1 << 30)) <= 0.05 + SLACK / (1 << 30)
+    assert "REMOTE_MEMORY" in screen

@@ -2,12 +2,14 @@
 prints one JSON object: what affmon said and what the guest's kernel says, side by side,
 for ``tests/test_numa_lab.py`` to compare on the host::
 
-    python -m bench.numa.vm --shape two-nodes -- python -m bench.numa.lab_checks placement
+    python -m bench.numa.vm --shape two-nodes -- python -m bench.numa.lab_checks placement tui
 
-``topology`` (every shape; also run first by ``placement`` and ``memory-only``): ``affmon
-topology --json``, ``lstopo-no-graphics --of xml`` and the node files of sysfs.
-``ranks``, ``tui`` and ``bandwidth`` are the benchmark's (``bench/numa/lab_ranks.py``,
-``lab_tui.py``, ``lab_bandwidth.py``). ``placement`` (two nodes) adds four pretend jobs
+Parts run in the order given, in one boot (``tests/test_numa_lab.py`` runs ``placement
+tui`` on two nodes, ``topology ranks`` on four, ``memory-only`` on the third shape).
+``topology`` (also run first by ``placement`` and ``memory-only``): ``affmon topology
+--json``, ``lstopo-no-graphics --of xml`` and the node files of sysfs. ``ranks``, ``tui``
+and ``bandwidth`` are described in ``bench/numa/lab_ranks.py``, ``lab_tui.py`` and
+``lab_bandwidth.py``. ``placement`` (two nodes) adds four pretend jobs
 (``bench/numa/lab_jobs.py``) and what affmon makes of them:
 
 * ``remote``: threads on node 1 (CPUs 2-3), its memory bound to node 0 with ``mbind``; its
@@ -306,26 +308,27 @@ def memory_only_part(workdir: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["topology", "placement", "memory-only", "ranks", "tui", "bandwidth"])
+    ap.add_argument("parts", nargs="+", choices=["topology", "placement", "memory-only", "ranks", "tui", "bandwidth"])
     ap.add_argument("--numa-balancing", type=int, default=0, help="bandwidth: the kernel's setting during it")
     ap.add_argument("--rounds", type=int, default=2, help="bandwidth: remote/migrated rounds")
     a = ap.parse_args(argv)
     started = time.monotonic()
-    result: dict[str, Any] = {"part": a.part, "uptime_s_at_start": float(Path("/proc/uptime").read_text().split()[0])}
-    if a.part in ("topology", "placement", "memory-only"):
+    result: dict[str, Any] = {"parts": a.parts, "uptime_s_at_start": float(Path("/proc/uptime").read_text().split()[0])}
+    if {"topology", "placement", "memory-only"} & set(a.parts):
         result["topology"] = topology_part()
-    with tempfile.TemporaryDirectory(prefix="lab-") as tmp:
-        workdir = Path(tmp)
-        if a.part == "placement":
-            result["placement"] = placement_part(workdir)
-        elif a.part == "memory-only":
-            result["memory_only"] = memory_only_part(workdir)
-        elif a.part == "ranks":
-            result["ranks"] = ranks_part(affmon, workdir)
-        elif a.part == "bandwidth":
-            result["bandwidth"] = bandwidth_part(rounds=a.rounds, numa_balancing=a.numa_balancing)
-        elif a.part == "tui":
-            result["tui"] = tui_part(workdir)
+    for part in a.parts:  # each in its own directory: a part's mounts and files end with it
+        with tempfile.TemporaryDirectory(prefix="lab-") as tmp:
+            workdir = Path(tmp)
+            if part == "placement":
+                result["placement"] = placement_part(workdir)
+            elif part == "memory-only":
+                result["memory_only"] = memory_only_part(workdir)
+            elif part == "ranks":
+                result["ranks"] = ranks_part(affmon, workdir)
+            elif part == "bandwidth":
+                result["bandwidth"] = bandwidth_part(rounds=a.rounds, numa_balancing=a.numa_balancing)
+            elif part == "tui":
+                result["tui"] = tui_part(workdir)
     result["seconds"] = round(time.monotonic() - started, 2)
     text = json.dumps(result, indent=1, default=str)
     out = os.environ.get("LAB_OUT")

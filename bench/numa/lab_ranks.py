@@ -30,7 +30,7 @@ NODE_DIR = Path("/sys/devices/system/node")
 PROBE = """
 import json, mmap, os, re
 size = 32 << 20
-area = mmap.mmap(-1, size)
+area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # private: "anon=" in numa_maps
 area.write(b"\\1" * size)
 nodes = {}
 for line in open("/proc/self/numa_maps"):
