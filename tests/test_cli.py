@@ -18,7 +18,18 @@ def affmon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "affmon", *args], capture_output=True, text=True, timeout=timeout)
 
 
-TOPOLOGY_KEYS = ["source", "online_cpus", "allowed_cpus", "numa_nodes", "packages", "cores", "l3_groups", "gpus"]
+TOPOLOGY_KEYS = [
+    "source",
+    "online_cpus",
+    "allowed_cpus",
+    "numa_nodes",
+    "packages",
+    "cores",
+    "l3_groups",
+    "gpus",
+    "node_distances",
+    "gpus_known",
+]
 
 
 def test_topology_json_shape_from_a_recorded_tree(tmp_path_factory):
@@ -30,7 +41,7 @@ def test_topology_json_shape_from_a_recorded_tree(tmp_path_factory):
     assert data["source"] == "sysfs"
     assert data["allowed_cpus"] == "0-5"  # the Slurm job's cgroup v2 cpuset
     assert [n["id"] for n in data["numa_nodes"]] == sorted(n["id"] for n in data["numa_nodes"])
-    assert all(set(n) == {"id", "cpus"} for n in data["numa_nodes"])
+    assert all(set(n) == {"id", "cpus", "memory_bytes"} for n in data["numa_nodes"])
     assert all(set(c) == {"package", "cpus"} for c in data["cores"])
     firsts = [min(parse_cpulist(c["cpus"])) for c in data["cores"]]
     assert firsts == sorted(firsts)

@@ -76,7 +76,7 @@ def test_workers_over_budget_are_named_and_told_one_thread_each():
     over = codes_of(specs)["OVERSUBSCRIBED"]
     assert "one thread in each DataLoader worker" in over.remedy and "2 of them run up to 4 busy threads" in over.remedy
     assert over.evidence["budget"] == {"cpus": 2, "main_threads": 1, "worker_threads": 1, "workers": 1}
-    assert "at most 1 DataLoader workers on 2 CPUs" in over.remedy
+    assert "at most 1 DataLoader worker on 2 CPUs" in over.remedy  # one worker, said as one
 
 
 def test_the_thread_budget_leaves_the_loop_a_cpu():

@@ -104,7 +104,7 @@ def test_dry_run_changes_nothing(state):
 
 @pytest.mark.parametrize(
     ("cpus", "message"),
-    [("abc", "is not a CPU list"), ("9999", "offline or do not exist"), ("", "is empty")],
+    [("abc", "is not a CPU list"), ("9999", "CPU 9999 is offline or does not exist"), ("", "is empty")],
 )
 def test_bad_cpu_lists_are_one_line_errors(state, cpus, message):
     with workload("--sleepers", "1") as w:

@@ -12,6 +12,7 @@ from affmon.actions.threads import ThreadResult, stat_or_none
 from affmon.actions.undo import UndoResult
 from affmon.collect.procfs import ProcFs
 from affmon.core.cpuset import format_cpulist
+from affmon.core.domains import plural
 from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
 
@@ -41,7 +42,9 @@ def result_text(result: PinResult) -> list[str]:
     lines = [thread_line(t) for t in result.threads if not (result.ok and _kept(t))]
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     if kept:
-        lines.append(f"  {len(kept)} threads already had CPUs {format_cpulist(result.cpus)}: left as they were")
+        lines.append(
+            f"  {plural(len(kept), 'thread')} already had CPUs {format_cpulist(result.cpus)}: left as they were"
+        )
     if result.ok:
         changed = counts.get("set", 0) - len(kept)
         summary += f" ({changed} changed)" if kept else ""

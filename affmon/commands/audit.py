@@ -169,12 +169,16 @@ def cmd_audit(args: argparse.Namespace) -> int:
         topology, envs, source, notice = src.topology, read_environments(sample), "live", src.notice
         nvml = src.nvml_status
     result = audit(sample, topology, envs, ranks_per_gpu=args.ranks_per_gpu, within=tuple(args.pid))
-    if not result.ranks:
+    if not result.ranks:  # nothing to audit: said, exit 0 (as plan does with no GPU to plan for)
         where = "in the trees of --pid" if args.pid else "among the watched processes"
-        raise SourceError(
-            f"no rank found {where} ({source}): none is on a GPU in NVML's process list"
-            + (" or has LOCAL_RANK in a readable environment" if args.audit_replay is None else "")
+        said = f"nothing to audit: no rank found {where} ({source}): none is on a GPU in NVML's process list" + (
+            " or has LOCAL_RANK in a readable environment" if args.audit_replay is None else ""
         )
+        if args.json:
+            print(json.dumps({**audit_json(result, source), "nvml": nvml, "notice": notice, "said": said}, indent=2))
+        else:
+            print(term_safe(said))
+        return 0
     if args.json:
         print(json.dumps({**audit_json(result, source), "nvml": nvml, "notice": notice}, indent=2))
     else:

@@ -57,7 +57,8 @@ def parse_cpus(text: str, topology: Topology) -> CpuSet:
     missing = cpus - topology.online_cpus
     if missing:
         raise AffmonError(
-            f"CPUs {format_cpulist(missing)} are offline or do not exist "
+            f"{'CPU' if len(missing) == 1 else 'CPUs'} {format_cpulist(missing)} "
+            f"{'is offline or does not exist' if len(missing) == 1 else 'are offline or do not exist'} "
             f"(online: {format_cpulist(topology.online_cpus)})"
         )
     return cpus

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Mapping
@@ -56,8 +57,11 @@ def plan_json(plan: MachinePlan, job: JobGpus | None = None) -> dict[str, Any]:
 def plan_text(plan: MachinePlan, job: JobGpus | None = None) -> str:
     lines = []
     if job is not None:
-        planned = "every GPU" if job.bus_ids is None else ", ".join(job.bus_ids) or "no GPU"
-        lines.append(f"For {term_safe(job.source)}: {term_safe(planned)}")
+        if job.bus_ids is None:
+            lines.append(f"GPUs planned: {term_safe(job.source)}")
+        else:
+            planned = ", ".join(job.bus_ids) or "none"
+            lines.append(f"GPUs planned: {term_safe(planned)} (from {term_safe(job.source)})")
     for w in (*(job.warnings if job is not None else ()), *plan.warnings):
         lines.append(f"! {term_safe(w)}")
     for p in plan.plans:
@@ -165,7 +169,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise AffmonError("exec needs a command after --, e.g. affmon exec --gpu 0 -- python train.py")
-    shown = " ".join(command)
+    shown = shlex.join(command)  # as a shell would run it
     try:
         mine: RankPlan | None
         mine, warnings = exec_plan(args)

@@ -223,6 +223,12 @@ def _check(
             verdict = NO_PLAN
         else:
             verdict = ON_PLAN if not differences else EQUIVALENT
+        if verdict == EQUIVALENT and plan is not None and mask is not None and not mask & plan.cpus:
+            # Not a failure: another slice, as good by every check above.
+            differences = (
+                f"Another slice than its plan, as good: {_cpus(mask)} instead of {fmt_cpus(plan.cpus)}.",
+                *differences[1:],
+            )
         out.append(
             RankAudit(
                 pid=p.pid,

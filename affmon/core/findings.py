@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from affmon.core.cpuset import CpuSet, format_cpulist
+from affmon.core.domains import plural
 from affmon.core.fmt import term_safe
 from affmon.core.memory import rule_remote_memory
 from affmon.core.own_threads import job_cpus, pool_of, rule_confined_thread, rule_gil_bound, rule_oversubscribed
@@ -91,7 +92,7 @@ def rule_starved(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
             severity,
             job.pid,
             tids_of(busy),
-            f"its {len(busy)} busy threads waited for a CPU {ratio:.0%} of the time they wanted one "
+            f"its {plural(len(busy), 'busy thread')} waited for a CPU {ratio:.0%} of the time they wanted one "
             f"(a healthy job waits under {t.starved_warn:.0%})",
             {
                 "wait_ratio": rounded(ratio, 3),
@@ -140,7 +141,7 @@ def rule_mask_too_narrow(job: Job, snap: Snapshot, ctx: Context) -> list[Finding
                 severity,
                 job.pid,
                 tids_of(threads),
-                f"{len(threads)} busy threads want {wanted:.1f} CPUs but their mask allows only "
+                f"{plural(len(threads), 'busy thread')} want {wanted:.1f} CPUs but their mask allows only "
                 f"{len(mask)} (CPUs {format_cpulist(mask)}), so they queue {ratio:.0%} of the time; the job may "
                 f"have {len(pool)} CPUs ({format_cpulist(pool)})",
                 {

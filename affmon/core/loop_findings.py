@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from affmon.core.domains import plural
 from affmon.core.fmt import term_safe
 from affmon.core.loop import (
     CPU_WAIT,
@@ -173,7 +174,7 @@ def input_advice(
             return {"action": "move_neighbours", "why": why, **facts}
         why = (
             f"the workers queue for a CPU {wait:.0%} of the time they want one and the job's "
-            f"{workers.domain_cpus} CPUs are full: give the job more CPUs or move the neighbours off"
+            f"{plural(workers.domain_cpus, 'CPU')} are full: give the job more CPUs or move the neighbours off"
         )
         return {"action": "more_cpus", "why": why, **facts}
     if per_worker >= t.worker_busy:
@@ -184,17 +185,18 @@ def input_advice(
             if free is not None:
                 extra = min(extra, max(1, int(free)))
             why = (
-                f"{workers.count} workers each use {per_worker:.1f} CPUs and the loop still waits for data "
+                f"{plural(workers.count, 'worker')} each use {per_worker:.1f} CPUs and the loop still waits for data "
                 f"{data_wait:.0%} of the time: use about {workers.count + extra} workers"
             )
             return {"action": "add_workers", "why": why, "suggested_workers": workers.count + extra, **facts}
         why = (
-            f"{workers.count} workers each use {per_worker:.1f} CPUs and the job's {workers.domain_cpus} CPUs have "
+            f"{plural(workers.count, 'worker')} each use {per_worker:.1f} CPUs and the job's "
+            f"{plural(workers.domain_cpus, 'CPU')} have "
             "no idle capacity: give the job more CPUs for more workers"
         )
         return {"action": "more_cpus", "why": why, **facts}
     why = (
-        f"the {workers.count} workers use only {per_worker:.1f} CPUs each and do not queue for CPUs: "
+        f"the {plural(workers.count, 'worker')} use only {per_worker:.1f} CPUs each and do not queue for CPUs: "
         "they wait on something else (storage, a lock, a remote source)"
     )
     return {"action": "check_pipeline", "why": why, **facts}
@@ -328,7 +330,8 @@ def rule_stalled(
             b.pid,
             (b.tid,),
             f"{gpu}the training loop has waited for data {b.shares[DATA_WAIT]:.0%} of the interval while its "
-            f"{workers.count} DataLoader workers used {used:.2f} CPUs in all and did not queue for one: their "
+            f"{plural(workers.count, 'DataLoader worker')} used {used:.2f} CPUs in all and did not queue for one: "
+            "their "
             f"threads sleep ({term_safe(said)}). The input pipeline is stalled; no CPU placement can help",
             {
                 **_evidence(b),

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from affmon.core.cpuset import CpuSet, format_cpulist
+from affmon.core.domains import plural
 from affmon.core.fmt import term_safe
 from affmon.core.rates import ProcessRates, Snapshot, ThreadRates
 from affmon.core.rule_base import (
@@ -117,7 +118,8 @@ def _remedy(job: Job, busy_by_pid: dict[int, int], budget: ThreadBudget) -> str:
     main_busy = busy_by_pid.get(job.pid, 0)
     if len(workers) > budget.workers:
         parts.append(
-            f"at most {budget.workers} DataLoader workers on {budget.cpus} CPUs (DataLoader(num_workers="
+            f"at most {plural(budget.workers, 'DataLoader worker')} on {plural(budget.cpus, 'CPU')} "
+            "(DataLoader(num_workers="
             f"{budget.workers}); it has {len(workers)})"
         )
     over = [w for w in workers if busy_by_pid.get(w.sample.pid, 0) > budget.worker_threads]
@@ -130,9 +132,9 @@ def _remedy(job: Job, busy_by_pid: dict[int, int], budget: ThreadBudget) -> str:
         )
     if main_busy > budget.main_threads:
         parts.append(
-            f"at most {budget.main_threads} threads in the main process {job.pid} (torch.set_num_threads("
+            f"at most {plural(budget.main_threads, 'thread')} in the main process {job.pid} (torch.set_num_threads("
             f"{budget.main_threads}) or OMP_NUM_THREADS={budget.main_threads} for its intra-op pool; it runs "
-            f"{main_busy} busy threads)"
+            f"{plural(main_busy, 'busy thread')})"
         )
     if not parts:  # over budget only in sum: the main process's share is the one to cut
         parts.append(
@@ -189,7 +191,8 @@ def rule_oversubscribed(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]
             severity,
             job.pid,
             tids_of(busy),
-            f"{len(busy)} busy threads want {wanted:.1f} CPUs, more than the {len(pool)} CPUs the job can have at "
+            f"{plural(len(busy), 'busy thread')} want {wanted:.1f} CPUs, more than the {plural(len(pool), 'CPU')} "
+            "the job can have at "
             f"all (every CPU {where} allows: {format_cpulist(pool)}), so they queue {ratio:.0%} of the time "
             f"({switches:.0f} involuntary switches/s): no core set can give them more",
             {
