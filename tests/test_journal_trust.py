@@ -21,7 +21,7 @@ import pytest
 
 from affmon.actions import Journal, JournalEntry, JournalError, ThreadRecord
 from affmon.actions.describe import result_text
-from affmon.actions.journal import KEEP_FINISHED, PinnedMasks, new_entry_id
+from affmon.actions.journal import KEEP_FINISHED, EntryHead, PinnedMasks, new_entry_id
 from affmon.actions.pin import pin
 from affmon.actions.undo import undo
 from affmon.collect.procfs import ProcFs
@@ -192,18 +192,18 @@ def test_a_view_reads_the_journal_again_only_when_it_changed(tmp_path: Path, mon
     with workload("--cpus", f"{A},{B}") as w:
         assert pin(w["pid"], {A}, journal=journal).ok
         reads = []
-        real = Journal.entries
+        real = Journal.heads  # what a view reads: the entries without their thread records
 
-        def counted(self: Journal) -> list[JournalEntry]:
+        def counted(self: Journal) -> list[EntryHead]:
             reads.append(1)
             return real(self)
 
-        monkeypatch.setattr(Journal, "entries", counted)
+        monkeypatch.setattr(Journal, "heads", counted)
         watch = PinnedMasks(path)
         for _tick in range(50):
             assert watch() == {(w["pid"], start_of(w["pid"])): frozenset({A})}
         assert len(reads) == 1  # fifty ticks, one read
-        monkeypatch.setattr(Journal, "entries", real)
+        monkeypatch.setattr(Journal, "heads", real)
         assert undo(journal, w["pid"]).ok
         assert watch() == {}  # the file changed: read again, nothing in force
 

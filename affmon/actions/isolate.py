@@ -14,7 +14,7 @@ import os
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from affmon.actions.journal_records import JournalEntry, ProcessKey, ThreadRecord
+from affmon.actions.journal_records import EntryHead, JournalEntry, ProcessKey, ThreadRecord
 from affmon.actions.journal_trust import user_name
 from affmon.actions.threads import AffinityOps, OsAffinity, ThreadResult, stat_or_none, unmovable
 from affmon.collect.cgroup import cgroup_cpuset, read_mounts
@@ -36,7 +36,7 @@ class IsolationPlan:
         cpus: CpuSet,
         *,
         root: str,
-        in_force: Sequence[JournalEntry] = (),
+        in_force: Sequence[EntryHead | JournalEntry] = (),
         isolate_all: bool = False,
         job_pid: int | None = None,
     ) -> None:
@@ -49,9 +49,7 @@ class IsolationPlan:
         self._root = root
         self._online = _online_cpus(root)
         # Processes an earlier isolate of affmon moved: their narrow mask is affmon's, not a decision.
-        self._moved_before = {
-            (r.pid, r.start_ticks) for e in in_force for r in e.threads if r.role == "isolate" and r.tid == r.pid
-        }
+        self._moved_before = {key for e in in_force for key in e.isolated_processes()}
         self._judged: dict[int, str | None] = {}
         self._allowed: dict[int, CpuSet] = {}
 
@@ -161,7 +159,7 @@ def judge(
     job_pid: int,
     isolate_all: bool = False,
     root: str = "/",
-    in_force: Sequence[JournalEntry] = (),
+    in_force: Sequence[EntryHead | JournalEntry] = (),
 ) -> str | None:
     """Why isolation would leave process ``pid`` (started at ``start_ticks``) alone for the
     job ``job_pid``, read from /proc as the pin will judge it; None when it would move it,

@@ -6,8 +6,17 @@ whole file atomically (temporary file in the same directory, ``fsync``, ``rename
 ``fsync`` of the directory), mode 0600, under an ``flock`` on a side file so two affmon
 processes never lose each other's entries; a pin or an undo holds that lock from its
 first check to its last write (``Journal.locked``), so two of them never interleave. A
+temporary file left by a writer killed before its rename is removed by the next write. A
 journal that cannot be parsed raises ``JournalError`` (one line naming the file and the
 line), never a traceback, and is never rewritten: the user decides what to do with it.
+
+A reader pays for the entries it reads whole, not for the file. Each line is sealed with
+a checksum and carries its thread records last (``affmon.actions.journal_records``): a
+read checks every line's sum and parses every line's head (``Journal.heads``: the state,
+the processes pinned, the masks), and the thread records only of the entries asked for
+(``Journal.get``; ``Journal.entries`` reads them all). A rewrite copies the lines it does
+not change as they were. While the lock is held the lines read are kept, so the reads
+and writes of one pin or undo parse each line once.
 
 The journal decides what root does when root runs ``undo``, so it is trusted only where
 no other user could have written it: its directory and file must belong to the user who
@@ -20,7 +29,10 @@ Entry states: ``pending`` (written before the first change; a crash leaves it so
 undo restores from it), ``applied``, ``rolled-back`` (the pin failed and was put back),
 ``undone``, and ``expired`` (every process it touched has exited: nothing is left to
 undo). The file stays as small as what is in force: finished entries keep no thread
-records and only the newest ``KEEP_FINISHED`` of them are kept.
+records and only the newest ``KEEP_FINISHED`` of them are kept, and a pin stacked on a
+pin of the same process still in force keeps records only of the threads the pin below
+did not leave on one mask (``stacked``), so re-pinning a job adds a line, not a thread
+list. The compaction happens under the lock, as each added or changed entry is written.
 
 A pin that places its processes on different parts of its CPUs (``affmon tune``'s split:
 the main loop on some cores, the DataLoader workers on the others) is still one entry: the
@@ -43,7 +55,9 @@ from pathlib import Path
 
 from affmon.actions.journal_records import (
     FINISHED,
+    IN_FORCE,
     KEEP_FINISHED,
+    EntryHead,
     EntryState,
     JournalEntry,
     JournalError,
@@ -53,8 +67,13 @@ from affmon.actions.journal_records import (
     ThreadRole,
     compact,
     decode,
-    encode,
+    dropped_finished,
+    is_sealed,
     new_entry_id,
+    read_head,
+    read_threads,
+    seal,
+    stacked,
 )
 from affmon.actions.journal_trust import check_owned, open_private_dir, reason
 from affmon.core.cpuset import CpuSet
@@ -63,6 +82,7 @@ from affmon.core.errors import AffmonError
 __all__ = [
     "FINISHED",
     "KEEP_FINISHED",
+    "EntryHead",
     "EntryState",
     "Journal",
     "JournalEntry",
@@ -77,6 +97,7 @@ __all__ = [
     "expected_masks",
     "new_entry_id",
     "pinned_masks",
+    "stacked",
 ]
 
 LOCK_TIMEOUT_S = 10.0
@@ -89,6 +110,54 @@ def default_journal_path() -> Path:
     return base / "affmon" / "journal.jsonl"
 
 
+class _Line:
+    """One line of the file: its head, parsed; its whole entry, parsed when asked for.
+    ``text`` is the sealed line as it is on disk, written back unchanged by every rewrite
+    that leaves the entry alone; None for an entry added or changed since it was read (or
+    read from an unsealed line), which the next write compacts and seals."""
+
+    __slots__ = ("_entry", "head", "number", "text")
+
+    def __init__(self, head: EntryHead, text: str | None, entry: JournalEntry | None, number: int = 0) -> None:
+        self.head = head
+        self.text = text
+        self.number = number  # in the file it was read from; 0 for a new one
+        self._entry = entry
+
+    @classmethod
+    def new(cls, entry: JournalEntry) -> _Line:
+        return cls(entry.head(), None, entry)
+
+    def entry(self, path: Path) -> JournalEntry:
+        if self._entry is None:
+            assert self.text is not None  # a line without its entry was read from a sealed line
+            try:
+                threads = read_threads(self.text)
+            except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+                raise _corrupt(path, self.number, exc) from None
+            head = self.head
+            self._entry = JournalEntry(
+                id=head.id,
+                time_s=head.time_s,
+                pid=head.pid,
+                start_ticks=head.start_ticks,
+                cpus=head.cpus,
+                state=head.state,
+                threads=threads,
+                since_ticks=head.since_ticks,
+                memory=head.memory,
+                masks=head.masks,
+                unlisted=head.unlisted,
+            )
+        return self._entry
+
+
+def _corrupt(path: Path, number: int, exc: BaseException) -> JournalError:
+    return JournalError(
+        f"the affmon journal {path} is corrupt at line {number} ({reason(exc)}); move it aside to continue"
+    )
+
+
 class Journal:
     def __init__(self, path: str | os.PathLike[str] | None = None, *, lock_timeout_s: float = LOCK_TIMEOUT_S) -> None:
         self.path = Path(path) if path is not None else default_journal_path()
@@ -97,29 +166,47 @@ class Journal:
         self._depth = 0
         self._dir_fd: int | None = None  # held while locked
         self._lock_fd: int | None = None
+        self._held: list[_Line] | None = None  # the lines, while locked: no one else writes then
 
     # -- reading ---------------------------------------------------------------
 
     def entries(self) -> list[JournalEntry]:
-        """Every entry, oldest first; none when the file does not exist yet."""
+        """Every entry, oldest first, with its thread records; none when the file does not
+        exist yet."""
         with self._guard:
-            if self._dir_fd is not None:
-                return self._read(self._dir_fd)
-            dir_fd = open_private_dir(self.path.parent, create=False)
-            if dir_fd is None:
-                return []
-            try:
-                return self._read(dir_fd)
-            finally:
-                os.close(dir_fd)
+            return [line.entry(self.path) for line in self._lines()]
+
+    def heads(self) -> list[EntryHead]:
+        """Every entry without its thread records, oldest first: a line's thread records
+        are not parsed."""
+        with self._guard:
+            return [line.head for line in self._lines()]
 
     def get(self, entry_id: str) -> JournalEntry:
-        for entry in self.entries():
-            if entry.id == entry_id:
-                return entry
+        """The entry ``entry_id`` whole; the other lines' thread records are not parsed."""
+        with self._guard:
+            return self._find(self._lines(), entry_id)[1].entry(self.path)
+
+    def _find(self, lines: list[_Line], entry_id: str) -> tuple[int, _Line]:
+        for i, line in enumerate(lines):
+            if line.head.id == entry_id:
+                return i, line
         raise JournalError(f"no entry {entry_id} in the affmon journal {self.path}")
 
-    def _read(self, dir_fd: int) -> list[JournalEntry]:
+    def _lines(self) -> list[_Line]:
+        if self._dir_fd is not None:
+            if self._held is None:
+                self._held = self._read(self._dir_fd)
+            return list(self._held)
+        dir_fd = open_private_dir(self.path.parent, create=False)
+        if dir_fd is None:
+            return []
+        try:
+            return self._read(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def _read(self, dir_fd: int) -> list[_Line]:
         try:
             fd = os.open(self.path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
         except FileNotFoundError:
@@ -135,36 +222,37 @@ class Journal:
             raise JournalError(f"cannot read the affmon journal {self.path}: {reason(exc)}") from None
         finally:
             os.close(fd)
-        entries = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        lines = []
+        for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:
-                entries.append(decode(json.loads(line)))
+                if is_sealed(line):
+                    lines.append(_Line(read_head(line), line, None, number))
+                else:  # written by hand, or by an affmon that did not seal lines: every field checked
+                    entry = decode(json.loads(line))
+                    lines.append(_Line(entry.head(), None, entry, number))
             except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
                 # RecursionError: a line of lists nested past what json.loads can descend.
-                raise JournalError(
-                    f"the affmon journal {self.path} is corrupt at line {number} ({reason(exc)});"
-                    " move it aside to continue"
-                ) from None
-        return entries
+                raise _corrupt(self.path, number, exc) from None
+        return lines
 
     # -- writing ---------------------------------------------------------------
 
     def add(self, entry: JournalEntry) -> None:
         with self.locked():
-            entries = self.entries()
-            if any(e.id == entry.id for e in entries):
+            lines = self._lines()
+            if any(line.head.id == entry.id for line in lines):
                 raise JournalError(f"entry {entry.id} is already in the affmon journal {self.path}")
-            self._write([*entries, entry])
+            self._store([*lines, _Line.new(entry)])
 
     def update(self, entry: JournalEntry) -> None:
         """Replace the entry with the same id, leaving every other entry as it is."""
         with self.locked():
-            entries = self.entries()
-            if not any(e.id == entry.id for e in entries):
-                raise JournalError(f"no entry {entry.id} in the affmon journal {self.path}")
-            self._write([entry if e.id == entry.id else e for e in entries])
+            lines = self._lines()
+            i, _ = self._find(lines, entry.id)
+            lines[i] = _Line.new(entry)
+            self._store(lines)
 
     def set_state(self, entry_id: str, state: EntryState) -> JournalEntry:
         with self.locked():
@@ -196,11 +284,10 @@ class Journal:
 
     def remove(self, entry_id: str) -> None:
         with self.locked():
-            entries = self.entries()
-            kept = [e for e in entries if e.id != entry_id]
-            if len(kept) == len(entries):
-                raise JournalError(f"no entry {entry_id} in the affmon journal {self.path}")
-            self._write(kept)
+            lines = self._lines()
+            i, _ = self._find(lines, entry_id)
+            del lines[i]
+            self._store(lines)
 
     def prepare(self, alive: Callable[[ThreadRecord], bool] | None = None) -> list[JournalEntry]:
         """Inside ``locked``, before anything changes: prove the journal can be written
@@ -208,16 +295,27 @@ class Journal:
         every mask still as it was) and mark ``expired`` every pending or applied entry
         none of whose recorded threads is ``alive`` any more. Returns the entries."""
         with self.locked():
-            entries = self.entries()
-            if alive is not None:
-                entries = [
-                    replace(e, state="expired")
-                    if e.state in ("pending", "applied") and not any(alive(t) for t in e.threads)
-                    else e
-                    for e in entries
-                ]
-            self._write(entries)
-            return self.entries()
+            return [line.entry(self.path) for line in self._prepare(alive)]
+
+    def prepare_heads(self, alive: Callable[[ThreadRecord], bool] | None = None) -> list[EntryHead]:
+        """``prepare``, returning the entries without their thread records: an entry whose
+        ``leads`` include a live thread is not parsed further (one that touches no live
+        process is, to be sure none of its threads is alive before it expires)."""
+        with self.locked():
+            return [line.head for line in self._prepare(alive)]
+
+    def _prepare(self, alive: Callable[[ThreadRecord], bool] | None) -> list[_Line]:
+        lines = self._lines()
+        if alive is not None:
+            lines = [
+                _Line.new(line.head.bare("expired"))
+                if line.head.state in IN_FORCE
+                and not any(alive(t) for t in line.head.leads)
+                and not any(alive(t) for t in line.entry(self.path).threads)
+                else line
+                for line in lines
+            ]
+        return self._store(lines)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -274,19 +372,46 @@ class Journal:
                 os.close(fd)  # closing the lock file releases the lock
         self._lock_fd = None
         self._dir_fd = None
+        self._held = None  # another affmon may write once the lock is gone
 
     # -- the directory -----------------------------------------------------------
 
     def _write(self, entries: list[JournalEntry]) -> None:
-        """Replace the file with ``entries``, compacted, through a new file in the held
-        directory (never following a link there)."""
+        """Replace the file with ``entries``, compacted."""
+        self._store([_Line.new(e) for e in entries])
+
+    def _store(self, lines: list[_Line]) -> list[_Line]:
+        """Replace the file with ``lines``, compacted: the finished entries as ``compact``
+        keeps them, and every line added or changed compacted against the pins in force
+        above it (``stacked``) and sealed; every other line as it was read. Returns the
+        lines written, which are held until the lock is released."""
+        dropped = dropped_finished([line.head.state for line in lines])
+        kept: list[_Line] = []
+        below: set[ProcessKey] = set()
+        for i, line in enumerate(lines):
+            if i in dropped:
+                continue
+            head = line.head
+            finished = head.state in FINISHED
+            if line.text is None or (finished and (head.leads or head.masks or head.unlisted)):
+                entry = head.bare() if finished else stacked(line.entry(self.path), below)
+                line = _Line(entry.head(), seal(entry), entry)
+            if not finished:
+                below.update(line.head.pinned_processes())
+            kept.append(line)
+        self._replace("".join(f"{line.text}\n" for line in kept))
+        self._held = kept
+        return list(kept)
+
+    def _replace(self, text: str) -> None:
+        """Replace the file with ``text`` through a new file in the held directory (never
+        following a link there), then remove what killed writers left."""
         assert self._dir_fd is not None, "writes happen under locked()"
         dir_fd = self._dir_fd
-        text = "".join(json.dumps(encode(e), separators=(",", ":")) + "\n" for e in compact(entries))
         tmp = None
         try:
             for _attempt in range(16):
-                name = f".{self.path.name}.{os.urandom(6).hex()}.tmp"  # secrets' source, without its libcrypto
+                name = f"{self._tmp_prefix}{os.urandom(6).hex()}.tmp"  # secrets' source, without its libcrypto
                 try:
                     fd = os.open(
                         name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
@@ -311,6 +436,30 @@ class Journal:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp, dir_fd=dir_fd)
+        self._remove_leftovers(dir_fd)
+
+    @property
+    def _tmp_prefix(self) -> str:
+        return f".{self.path.name}."
+
+    def _remove_leftovers(self, dir_fd: int) -> None:
+        """Temporary files of writers killed before their rename (``.journal.jsonl.<12 hex
+        digits>.tmp``): under the lock no writer is between its open and its rename, so
+        each is a leftover. Never the journal, its lock, or anything named otherwise."""
+        prefix = self._tmp_prefix
+        try:
+            names = os.listdir(dir_fd)
+        except OSError:
+            return
+        for name in names:
+            middle = name[len(prefix) : -len(".tmp")]
+            if name.startswith(prefix) and name.endswith(".tmp") and len(middle) == 12 and _is_hex(middle):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=dir_fd)
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
 
 
 class PinnedMasks:
@@ -369,7 +518,7 @@ def expected_masks(journal: Journal) -> dict[ProcessKey, CpuSet]:
     Only ``applied`` entries count: a ``pending`` one is a pin that crashed half way (its
     masks are unknown until undone) or one still in progress."""
     expected: dict[ProcessKey, CpuSet] = {}
-    for entry in journal.entries():
+    for entry in journal.heads():  # no thread record is needed
         if entry.state == "applied":
             for key in entry.pinned_processes():
                 expected[key] = entry.cpus_of(key)

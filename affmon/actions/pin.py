@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from affmon.actions.isolate import IsolationPlan
-from affmon.actions.journal import Journal, JournalEntry, ProcessKey, ThreadRecord, new_entry_id
+from affmon.actions.journal import EntryHead, Journal, JournalEntry, ProcessKey, ThreadRecord, new_entry_id
 from affmon.actions.journal_trust import user_name
 from affmon.actions.migrate import MigrationResult, MoveMemory, migrate_after_pin, spans_nodes_message, target_node
 from affmon.actions.threads import (
@@ -155,7 +155,7 @@ class _Pin:
         self.isolate_all = False
         self.include_others = False
         self.notes: list[str] = []
-        self.in_force: list[JournalEntry] = []  # the journal's pins in force when this one began
+        self.in_force: list[EntryHead] = []  # the journal's pins in force when this one began
         self.move_memory: MoveMemory | None = None
         self.memory: MigrationResult | None = None
 
@@ -224,12 +224,13 @@ class _Pin:
                 return crossing
         if self.journal is not None:
             # Proves the journal writable before anything changes, and drops what has exited.
+            # Heads only: another job's thread records are not this pin's to parse.
             self.in_force = [
-                e for e in self.journal.prepare(lambda r: still_there(self.proc, r)) if e.state == "applied"
+                e for e in self.journal.prepare_heads(lambda r: still_there(self.proc, r)) if e.state == "applied"
             ]
         elif self.journal_to_read is not None:
             try:
-                self.in_force = [e for e in self.journal_to_read.entries() if e.state == "applied"]
+                self.in_force = [e for e in self.journal_to_read.heads() if e.state == "applied"]
             except AffmonError:
                 self.in_force = []  # a dry run does not stop at a journal the real pin would refuse
         if self.in_force:

@@ -21,7 +21,7 @@ import errno
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from affmon.actions.journal import Journal, JournalEntry, JournalError, ThreadRecord
+from affmon.actions.journal import EntryHead, Journal, JournalEntry, JournalError, ThreadRecord
 from affmon.actions.threads import (
     MAX_ROUNDS,
     AffinityOps,
@@ -31,7 +31,7 @@ from affmon.actions.threads import (
     refusal_message,
     stat_or_none,
 )
-from affmon.collect.procfs import ProcFs
+from affmon.collect.procfs import PF_NO_SETAFFINITY, ProcFs
 from affmon.collect.sampler import descendants
 from affmon.core.cpuset import CpuSet, format_cpulist
 
@@ -87,7 +87,8 @@ def undo(
     proc = ProcFs(root)
     try:
         with journal.locked():
-            entries = journal.entries() if dry_run else journal.prepare(lambda r: still_there(proc, r))
+            # Heads only: the thread records are read for the entries undone, not for the others.
+            entries = journal.heads() if dry_run else journal.prepare_heads(lambda r: still_there(proc, r))
             if entry_id is not None:
                 entries = [e for e in entries if e.id == entry_id]
                 if not entries:
@@ -98,7 +99,7 @@ def undo(
 
 
 def _undo_locked(
-    journal: Journal, entries: list[JournalEntry], pid: int | None, proc: ProcFs, ops: AffinityOps, dry_run: bool
+    journal: Journal, entries: list[EntryHead], pid: int | None, proc: ProcFs, ops: AffinityOps, dry_run: bool
 ) -> UndoResult:
     live = [e for e in entries if e.state in ("pending", "applied")]
     if pid is not None:
@@ -107,7 +108,8 @@ def _undo_locked(
             return UndoResult(False, (), (), _nothing_for(pid, entries, journal))
     done: list[str] = []
     threads: list[ThreadResult] = []
-    for entry in reversed(live):
+    for head in reversed(live):
+        entry = journal.get(head.id)
         results = _undo_entry(entry, proc, ops)
         threads.extend(results)
         if any(t.status == "failed" for t in results):
@@ -134,7 +136,7 @@ def _undo_locked(
     return UndoResult(not failed, tuple(done), tuple(threads), error, notes)
 
 
-def _memory_note(entry: JournalEntry) -> str:
+def _memory_note(entry: EntryHead) -> str:
     memory = entry.memory
     assert memory is not None
     if memory.state == "failed":
@@ -147,7 +149,7 @@ def _memory_note(entry: JournalEntry) -> str:
     )
 
 
-def _nothing_for(pid: int, entries: list[JournalEntry], journal: Journal) -> str:
+def _nothing_for(pid: int, entries: list[EntryHead], journal: Journal) -> str:
     """Why ``undo PID`` finds nothing: its pin's processes all exited, or it was pinned as
     part of another process's pin (a worker under ``--with-children``), or never."""
     part_of = [e for e in entries if e.state in ("pending", "applied") and pid in e.pinned_pids]
@@ -164,7 +166,8 @@ def _nothing_for(pid: int, entries: list[JournalEntry], journal: Journal) -> str
 
 def _undo_entry(entry: JournalEntry, proc: ProcFs, ops: AffinityOps) -> list[ThreadResult]:
     results: list[ThreadResult] = []
-    for record in reversed(entry.threads):
+    records = [*reversed(entry.threads), *unlisted_threads(proc, entry)]
+    for record in records:
         stat = stat_or_none(proc, record.pid, record.tid)
         if stat is None:
             results.append(ThreadResult(record.pid, record.tid, None, None, "exited", "no longer exists"))
@@ -175,9 +178,32 @@ def _undo_entry(entry: JournalEntry, proc: ProcFs, ops: AffinityOps) -> list[Thr
             )
             continue
         results.append(_restore(proc, ops, record.pid, record.tid, record.old_cpus, ""))
-    recorded = {(record.tid, record.start_ticks) for record in entry.threads}
+    recorded = {(record.tid, record.start_ticks) for record in records}
     results.extend(sweep_new_threads(proc, ops, entry, recorded))
     return results
+
+
+def unlisted_threads(proc: ProcFs, entry: JournalEntry) -> list[ThreadRecord]:
+    """The records a stacked pin left out (``JournalEntry.unlisted``), as they would have
+    read: every thread of such a process (still the one pinned) that started before the
+    pin began and has no record had the mask the entry names for its process. A thread
+    started since is a new one (``sweep_new_threads``); one whose mask the kernel fixes was
+    never changed."""
+    since = entry.since_ticks
+    if since is None or not entry.unlisted:
+        return []
+    recorded = {record.tid for record in entry.threads}
+    found = []
+    for process in entry.unlisted:
+        stat = stat_or_none(proc, process.pid)
+        if stat is None or stat.start_ticks != process.start_ticks:
+            continue  # gone, or its PID reused: its threads went with it
+        for tid in sorted(proc.tids(process.pid)):
+            task = stat_or_none(proc, process.pid, tid)
+            if task is None or tid in recorded or task.start_ticks >= since or task.flags & PF_NO_SETAFFINITY:
+                continue
+            found.append(ThreadRecord(process.pid, tid, task.start_ticks, process.cpus, "pin"))
+    return found
 
 
 def sweep_new_threads(
