@@ -451,7 +451,12 @@ class _Pin:
         error = reason if rolled_back else f"{reason}; some threads could not be put back (`affmon undo` retries)"
         if rolled_back and self.entry_written:
             try:
-                self._set_state("rolled-back")
+                if self.changed:
+                    self._set_state("rolled-back")
+                else:  # refused before any mask changed: there is no pin to remember
+                    assert self.entry is not None and self.journal is not None
+                    self.journal.remove(self.entry.id)
+                    self.entry_written = False
             except AffmonError as exc:
                 error = f"{error}; the journal still lists the pin as pending ({exc})"
         return self._result(ok=False, error=error, rolled_back=rolled_back)

@@ -31,6 +31,7 @@ from affmon.actions.threads import (
     refusal_message,
     stat_or_none,
 )
+from affmon.collect.cgroup import cgroup_cpuset
 from affmon.collect.procfs import PF_NO_SETAFFINITY, ProcFs
 from affmon.collect.sampler import descendants
 from affmon.core.cpuset import CpuSet, format_cpulist
@@ -103,37 +104,74 @@ def _undo_locked(
 ) -> UndoResult:
     live = [e for e in entries if e.state in ("pending", "applied")]
     if pid is not None:
-        live = [e for e in live if e.pid == pid][-1:]
+        live = _newest_of(pid, live)
         if not live:
             return UndoResult(False, (), (), _nothing_for(pid, entries, journal))
     done: list[str] = []
     threads: list[ThreadResult] = []
+    kept: list[str] = []
     for head in reversed(live):
         entry = journal.get(head.id)
-        results = _undo_entry(entry, proc, ops)
-        threads.extend(results)
-        if any(t.status == "failed" for t in results):
-            continue
-        if not dry_run:
-            try:
+        try:
+            if not dry_run and entry.state == "applied":
+                # Written ahead: an undo killed half way leaves the entry pending (not a pin
+                # someone else reset, for the drift rule), and the next undo completes it.
+                entry = journal.set_state(entry.id, "pending")
+            results = _undo_entry(entry, proc, ops)
+            threads.extend(results)
+            if any(t.status == "failed" for t in results):
+                continue
+            if _superseded(results):
+                kept.append(entry.id)
+                if not dry_run and head.state == "applied":
+                    journal.set_state(entry.id, "applied")  # nothing changed: the pin stands as it was
+                continue
+            if not dry_run:
                 journal.set_state(entry.id, "undone")
-            except JournalError as exc:
-                restored = sum(t.status == "restored" for t in threads)
-                undone = f"entries {', '.join(done)} are marked undone; " if done else ""
-                return UndoResult(
-                    False,
-                    tuple(done),
-                    tuple(threads),
-                    f"{restored} thread(s) were restored as listed, but {exc}: {undone}entry {entry.id} and any"
-                    " older one still read as in force; run `affmon undo` again once the journal can be written",
-                )
+        except JournalError as exc:
+            restored = sum(t.status == "restored" for t in threads)
+            undone = f"entries {', '.join(done)} are marked undone; " if done else ""
+            return UndoResult(
+                False,
+                tuple(done),
+                tuple(threads),
+                f"{restored} thread(s) were restored as listed, but {exc}: {undone}entry {entry.id} and any"
+                " older one still read as in force; run `affmon undo` again once the journal can be written",
+            )
         done.append(entry.id)
     failed = [t for t in threads if t.status == "failed"]
     error = None
     if failed:
         error = f"{len(failed)} thread(s) could not be put back: {failed[0].message}"
+    elif kept:
+        error = (
+            f"every thread of {', '.join(kept)} has a mask that pin did not set (another pin, or the program,"
+            " changed it since): left alone, and the pin stays in force until that change is undone"
+        )
     notes = tuple(_memory_note(e) for e in reversed(live) if e.id in done and e.memory is not None)
-    return UndoResult(not failed, tuple(done), tuple(threads), error, notes)
+    return UndoResult(error is None, tuple(done), tuple(threads), error, notes)
+
+
+def _newest_of(pid: int, live: list[EntryHead]) -> list[EntryHead]:
+    """What ``undo PID`` undoes: the newest pin of ``pid`` in force and, below it, every
+    pin of ``pid`` left pending by an interrupted pin or undo (a job put back on a half-made
+    placement is not where anyone left it), oldest first."""
+    mine = [e for e in live if e.pid == pid]
+    if not mine:
+        return []
+    taken = [mine[-1]]
+    for below in reversed(mine[:-1]):
+        if below.state != "pending":
+            break
+        taken.append(below)
+    return taken[::-1]
+
+
+def _superseded(results: list[ThreadResult]) -> bool:
+    """Whether no thread of an entry still carried a mask it set, and some carried one set
+    since by someone else: another pin (another user's journal) stands on top of it, and
+    the entry stays in force under that pin until it is undone."""
+    return not any(t.status == "restored" for t in results) and any(t.message.startswith(CHANGED) for t in results)
 
 
 def _memory_note(entry: EntryHead) -> str:
@@ -164,9 +202,18 @@ def _nothing_for(pid: int, entries: list[EntryHead], journal: Journal) -> str:
     return f"nothing to undo for PID {pid} ({why}) in the journal {journal.path}"
 
 
+CHANGED = "changed since the pin"  # how a thread left alone for another's mask is named
+
+
 def _undo_entry(entry: JournalEntry, proc: ProcFs, ops: AffinityOps) -> list[ThreadResult]:
+    """Each recorded thread (and each a stacked pin left unlisted) back to its old mask, if
+    it still carries a mask this entry set (or the old one already: an undo interrupted
+    half way). One with any other mask was changed since, by another pin (another user's
+    journal) or by the program: it is named and left, since putting the old mask back
+    would undo that change, not this pin."""
     results: list[ThreadResult] = []
     records = [*reversed(entry.threads), *unlisted_threads(proc, entry)]
+    allowed: dict[int, CpuSet | None] = {}
     for record in records:
         stat = stat_or_none(proc, record.pid, record.tid)
         if stat is None:
@@ -177,10 +224,37 @@ def _undo_entry(entry: JournalEntry, proc: ProcFs, ops: AffinityOps) -> list[Thr
                 ThreadResult(record.pid, record.tid, None, None, "exited", "its TID now belongs to a newer thread")
             )
             continue
+        try:
+            mask = ops.get(record.tid)
+        except OSError:
+            results.append(ThreadResult(record.pid, record.tid, None, None, "exited", "exited during the undo"))
+            continue
+        if mask == record.old_cpus:
+            results.append(ThreadResult(record.pid, record.tid, mask, mask, "restored", "already back"))
+            continue
+        if record.role == "pin" and mask not in entry.set_masks and record.pid not in allowed:
+            allowed[record.pid] = cgroup_cpuset(proc.root, record.pid)  # read only when needed
+        if not _left_by(entry, record, mask, allowed.get(record.pid)):
+            message = (
+                f"{CHANGED}: its mask is {format_cpulist(mask)}, which this pin did not set (another pin, or"
+                " the program, set it): left alone"
+            )
+            results.append(ThreadResult(record.pid, record.tid, mask, mask, "not-moved", message))
+            continue
         results.append(_restore(proc, ops, record.pid, record.tid, record.old_cpus, ""))
     recorded = {(record.tid, record.start_ticks) for record in records}
     results.extend(sweep_new_threads(proc, ops, entry, recorded))
     return results
+
+
+def _left_by(entry: JournalEntry, record: ThreadRecord, mask: CpuSet, allowed: CpuSet | None) -> bool:
+    """Whether ``mask`` is one this entry left on ``record``'s thread: for a pinned thread,
+    one of the masks the pin set (or that mask as the thread's cpuset narrowed it); for a
+    thread isolation moved aside, any mask off the pin's CPUs."""
+    if record.role == "isolate":
+        return not mask & entry.cpus
+    ours = entry.set_masks
+    return mask in ours or (allowed is not None and any(mask == (m & allowed) for m in ours))
 
 
 def unlisted_threads(proc: ProcFs, entry: JournalEntry) -> list[ThreadRecord]:
@@ -292,6 +366,8 @@ def _sweep_process(
                 continue  # exited since the listing
             if mask in ours:
                 results.append(_restore(proc, ops, pid, tid, old, f"{why}: its pinned process's old mask"))
+            elif mask == old:
+                continue  # born of a task this undo had already put back: it has the mask it should
             else:
                 message = f"{why} with its own mask {format_cpulist(mask)}: left alone"
                 results.append(ThreadResult(pid, tid, mask, mask, "not-moved", message))
