@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from affmon.core import fmt
 from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.fmt import term_safe
 from affmon.core.loop_report import LoopReport, loop_reports
@@ -120,18 +121,13 @@ def snapshot_json(snap: Snapshot, nvml_status: str | None = None) -> dict[str, A
 # -- text ---------------------------------------------------------------------
 
 
-def _fmt(value: float | None, spec: str, unknown: str = "?") -> str:
+def _fmt(value: float | None, spec: str, unknown: str = fmt.UNKNOWN) -> str:
     return unknown if value is None else format(value, spec)
 
 
 def _bytes_per_s(value: float | None) -> str:
-    if value is None:
-        return "?"
-    for unit in ("B/s", "KiB/s", "MiB/s", "GiB/s"):
-        if value < 1024 or unit == "GiB/s":
-            return f"{value:.0f} {unit}" if unit == "B/s" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    """As the monitor shows it (``fmt.bytes_per_s``): one spelling of a rate everywhere."""
+    return fmt.bytes_per_s(value)
 
 
 def topology_text(t: Topology) -> str:
@@ -225,12 +221,12 @@ def snapshot_text(snap: Snapshot, nvml_status: str | None = None, threads: bool 
         ps = p.sample
         main = ps.main_thread
         out.append(
-            f"{ps.pid:>8} {term_safe(ps.user or '?')[:10]:<10} {_fmt(p.cpu_percent, '7.1f'):>7} "
-            f"{_fmt(p.wait_ratio, '6.2f'):>6} "
-            f"{_fmt(p.voluntary_switches_per_s, '7.0f'):>7} {_fmt(p.involuntary_switches_per_s, '7.0f'):>7} "
-            f"{_fmt(p.migrations_per_s, '7.0f'):>7}  {format_cpulist(p.ran_on_cpus) or '-':<14} "
+            f"{ps.pid:>8} {term_safe(ps.user or '?')[:10]:<10} {fmt.cpu_percent(p.cpu_percent):>7} "
+            f"{fmt.ratio_percent(p.wait_ratio):>6} "
+            f"{fmt.per_s(p.voluntary_switches_per_s):>7} {fmt.per_s(p.involuntary_switches_per_s):>7} "
+            f"{fmt.per_s(p.migrations_per_s):>7}  {format_cpulist(p.ran_on_cpus) or '-':<14} "
             f"{','.join(map(str, p.ran_on_numa_nodes)) or '-':<6} "
-            f"{_cpus(main.allowed_cpus if main else None) or '?':<14} {term_safe((ps.cmdline or ps.name)[:60])}"
+            f"{_cpus(main.allowed_cpus if main else None) or '-':<14} {term_safe((ps.cmdline or ps.name)[:60])}"
         )
         if ps.pid in loops:
             out.append(f"{'':>3}{loop_text(loops[ps.pid])}")
@@ -240,9 +236,9 @@ def snapshot_text(snap: Snapshot, nvml_status: str | None = None, threads: bool 
                 out.append(
                     f"{'':>3}{ts.tid:>8} {term_safe(ts.name[:15]):<15} {term_safe(ts.state)} "
                     f"psr {_fmt(ts.psr, 'd'):>3} "
-                    f"cpu {_fmt(t.cpu_percent, '5.1f'):>5}% wait {_fmt(t.wait_ratio, '4.2f'):>4} "
-                    f"vcs {_fmt(t.voluntary_switches_per_s, '.0f')}/s "
-                    f"ics {_fmt(t.involuntary_switches_per_s, '.0f')}/s "
-                    f"mig {_fmt(t.migrations_per_s, '.0f')}/s mask {_cpus(ts.allowed_cpus) or '?'}"
+                    f"cpu {fmt.cpu_percent(t.cpu_percent):>5} wait {fmt.ratio_percent(t.wait_ratio):>4} "
+                    f"vcs/s {fmt.per_s(t.voluntary_switches_per_s)} "
+                    f"ics/s {fmt.per_s(t.involuntary_switches_per_s)} "
+                    f"mig/s {fmt.per_s(t.migrations_per_s)} mask {_cpus(ts.allowed_cpus) or '-'}"
                 )
     return "\n".join(out)
