@@ -68,6 +68,21 @@ class RecordOutput:
         data = text.encode("utf-8")
         self._io(lambda: self._gz.write(data) if self._gz is not None else self._fd.write(data))
 
+    @property
+    def compressed(self) -> bool:
+        return self._gz is not None
+
+    def size(self) -> int | None:
+        """Bytes in the file so far (compressed, for gzip: what it takes on disk); None on a
+        pipe or a terminal, which hold nothing."""
+        if self._pipe:
+            return None
+        try:
+            st = os.fstat(self._fd.fd)
+        except OSError:
+            return None
+        return st.st_size if stat.S_ISREG(st.st_mode) else None
+
     def flush(self) -> None:
         """Push a gzip stream's pending output to the file (a sync point a reader can decode)."""
         if self._gz is not None:
