@@ -112,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--demo", action="store_true", help="replay a real run recorded on an H200 (a job starved by CPU hogs, fixed)"
     )
-    parser.add_argument("--speed", type=speed, default=1.0, metavar="X", help="replay at X times the recorded pace")
+    parser.add_argument(
+        "--speed", type=speed, default=1.0, metavar="X", help="replay at X times the recorded pace (default 1)"
+    )
     parser.add_argument(
         "--readonly",
         action="store_true",
@@ -129,22 +131,30 @@ def build_parser() -> argparse.ArgumentParser:
     snap = sub.add_parser("snapshot", help="two samples of the watched processes' threads, as rates")
     add_pids(snap, "watch these PIDs and their descendants (any process: a python script without a GPU runtime too)")
     snap.add_argument("--all", action="store_true", help="watch every process, not only training ones")
-    snap.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS")
+    snap.add_argument(
+        "--interval", type=seconds, default=1.0, metavar="SECONDS", help="between the two samples (default 1)"
+    )
     snap.add_argument("--root", metavar="DIR", help="read /proc and /sys under DIR")
     snap.add_argument("--no-threads", action="store_true", help="text output: processes only")
     snap.add_argument("--json", action="store_true", help="print JSON")
 
     rec = sub.add_parser("record", help="write samples as JSON lines, to share or replay a run")
     rec.add_argument("file", metavar="FILE", help="where to write ('-' for standard output)")
-    rec.add_argument("--duration", type=seconds, default=10.0, metavar="SECONDS")
-    rec.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS")
+    rec.add_argument(
+        "--duration",
+        type=seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to record (default 10: samples at 0, 1, ..., 10 s), then stop",
+    )
+    rec.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS", help="between samples (default 1)")
     add_pids(rec, "watch these PIDs and their descendants (after FILE)", record_pid)
     rec.add_argument("--all", action="store_true", help="watch every process (and record every command line)")
     rec.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
 
     diag = sub.add_parser("diagnose", help="what is wrong with the training jobs' CPU placement")
     add_pids(diag, "diagnose these PIDs and their descendants (any process: a python script without a GPU runtime too)")
-    diag.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS")
+    diag.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS", help="between samples (default 1)")
     diag.add_argument("--samples", type=count(3, 1000), default=3, help="samples to take (default 3)")
     diag.add_argument("--json", action="store_true", help="print JSON")
 
@@ -158,7 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="plan for these GPUs only: indexes (NVML's; PCI bus order for --root/--hwloc-xml) or PCI bus ids "
         "(default: CUDA_VISIBLE_DEVICES, else the GPUs NVML can open, else all)",
     )
-    plan.add_argument("--ranks-per-gpu", type=count(1, 64), default=1, metavar="N")
+    plan.add_argument(
+        "--ranks-per-gpu", type=count(1, 64), default=1, metavar="N", help="training processes per GPU (default 1)"
+    )
     plan.add_argument("--json", action="store_true", help="print JSON")
 
     pin = sub.add_parser("pin", help="set the CPU mask of every thread of a process (journaled, undoable)")
@@ -189,14 +201,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --with-children, also pin descendants of another user or session (default: refuse)",
     )
-    pin.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling for --suggest")
+    pin.add_argument(
+        "--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling for --suggest (default 1)"
+    )
     pin.add_argument("--json", action="store_true", help="print JSON")
 
     ex = sub.add_parser("exec", help="pin to the plan for a GPU, then run CMD (threads inherit the mask)")
     which = ex.add_mutually_exclusive_group(required=True)
     which.add_argument("--gpu", type=count(0, 1023), metavar="N", help="plan for GPU N (NVML/PCI order)")
     which.add_argument("--from-env", action="store_true", help="GPU from LOCAL_RANK and CUDA_VISIBLE_DEVICES")
-    ex.add_argument("--ranks-per-gpu", type=count(1, 64), default=1, metavar="N")
+    ex.add_argument(
+        "--ranks-per-gpu", type=count(1, 64), default=1, metavar="N", help="training processes per GPU (default 1)"
+    )
     ex.add_argument("--root", metavar="DIR", help="plan against a recorded tree instead of this machine's /sys")
     ex.add_argument("--dry-run", action="store_true", help="print the plan's warnings, the mask and the command")
     ex.add_argument(
@@ -207,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=count(0, 1024),
         default=0,
         metavar="N",
-        help="the DataLoader workers CMD starts: its intra-op pools get the rank's CPUs less N (OMP_NUM_THREADS)",
+        help="the DataLoader workers CMD starts: its intra-op pools get the rank's CPUs less N (OMP_NUM_THREADS; "
+        "default 0)",
     )
     ex.add_argument(
         "--no-thread-budget", action="store_true", help="leave OMP_NUM_THREADS and MKL_NUM_THREADS as they are"
@@ -235,8 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("pid", type=pid, metavar="PID")
     tune.add_argument("--settle", type=seconds, default=3.0, metavar="SECONDS", help="before each window (default 3)")
     tune.add_argument("--window", type=seconds, default=8.0, metavar="SECONDS", help="measured (default 8)")
-    tune.add_argument("--max-candidates", type=count(1, 32), default=6, metavar="N", help="placements to try")
-    tune.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling that sizes the job")
+    tune.add_argument(
+        "--max-candidates", type=count(1, 32), default=6, metavar="N", help="placements to try (default 6)"
+    )
+    tune.add_argument(
+        "--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling that sizes the job (default 1)"
+    )
     tune.add_argument("--with-children", action=argparse.BooleanOptionalAction, default=True, help="pin its workers")
     isolation = tune.add_mutually_exclusive_group()
     isolation.add_argument("--no-isolate", action="store_true", help="never move other processes off its CPUs")

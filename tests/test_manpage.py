@@ -52,3 +52,16 @@ def test_it_renders_without_a_warning():
     assert out.returncode == 0 and out.stderr == "", out.stderr
     text = subprocess.run([groff, "-man", "-Tascii", "-P-c", "-P-b", "-P-u", str(PAGE)], capture_output=True).stdout
     assert b"affmon undo [-h] [--all] [--json] [PID]" in text
+
+
+def test_every_option_that_takes_a_value_says_its_default():
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = []
+    for name, command in [("affmon", parser), *sub.choices.items()]:
+        for action in command._actions:
+            takes_value = action.option_strings and action.nargs != 0
+            if takes_value and action.default not in (None, [], argparse.SUPPRESS):
+                if "default" not in (action.help or ""):
+                    missing.append(f"{name} {action.option_strings[0]}")
+    assert not missing, missing

@@ -62,9 +62,12 @@ def add_export_parser(subparsers: argparse._SubParsersAction[Any]) -> argparse.A
         type=listen_address,
         default=DEFAULT_LISTEN,
         metavar="ADDR:PORT",
-        help=f"where to serve /metrics (default {DEFAULT_LISTEN}; 0.0.0.0:9808 or [::]:9808 for every interface)",
+        help=f"where to serve /metrics (default {DEFAULT_LISTEN}, this machine only; :9808 or 0.0.0.0:9808 serves "
+        "every IPv4 interface, [::]:9808 every interface)",
     )
-    export.add_argument("--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling interval")
+    export.add_argument(
+        "--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling interval (default 1)"
+    )
     export.add_argument("--pid", type=pid, action="append", default=[], help="export PID and its descendants only")
     export.add_argument("--threads", action="store_true", help="also per-thread series (many; see docs/export.md)")
     export.add_argument(
