@@ -138,9 +138,6 @@ from affmon.actions import Journal, OsAffinity
 from affmon.actions.pin import pin
 
 mode, pid, cpu, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-real_replace = os.replace
-replaces = 0
-
 class Ops(OsAffinity):
     sets = 0
     def set(self, tid, cpus):
@@ -152,15 +149,14 @@ class Ops(OsAffinity):
             sys.stdin.readline()
         super().set(tid, cpus)
 
-def crash_in_rename(src, dst, **dir_fds):
-    global replaces
-    replaces += 1
-    if replaces == 3:  # the preflight rewrite, the entry, then round two's update: killed inside the rename
-        os._exit(71)
-    real_replace(src, dst, **dir_fds)
+def crash_in_append(journal, text):
+    fd = os.open(journal.path, os.O_WRONLY | os.O_APPEND)
+    os.write(fd, text[: len(text) // 2].encode())
+    os._exit(71)  # round two's records, appended to the journal: killed half way through the line
 
 if mode == "in-second-update":
-    os.replace = crash_in_rename
+    from affmon.actions import journal as journal_module
+    journal_module.Journal._append = crash_in_append
 pin(pid, {cpu}, ops=Ops(), journal=Journal(path))
 """
 
@@ -184,9 +180,9 @@ def test_a_crash_after_journaling_before_the_first_change(tmp_path: Path) -> Non
 
 def test_a_crash_inside_the_second_rounds_journal_update(tmp_path: Path) -> None:
     """Round one changed the threads it found; threads born meanwhile need round two,
-    whose journal update dies in the rename. The file on disk is the round-one entry,
-    whole; undo puts round one's threads back and leaves the newer ones (which never
-    changed) alone."""
+    whose journal update (a line appended) dies half way through its line. The file on
+    disk is the round-one entry, whole, and the unfinished line, which readers skip; undo
+    puts round one's threads back and leaves the newer ones (which never changed) alone."""
     path = tmp_path / "journal.jsonl"
     Journal(path).add(JournalEntry(id="older", time_s=1.0, pid=1, start_ticks=1, cpus=cpus(A), state="undone"))
     with spawner("--cpus", f"{A},{B}") as s:
@@ -210,8 +206,9 @@ def test_a_crash_inside_the_second_rounds_journal_update(tmp_path: Path) -> None
         result = undo(journal, s.pid)
         assert result.ok, result.error
         assert masks(s.pid) == {**before, **dict.fromkeys(born, BOTH)}
-        # The temporary file the crash left behind is no journal and does no harm.
+        # The unfinished line does no harm: the next write rewrites the file without it.
         assert pin(s.pid, cpus(A), journal=journal).ok
+        assert path.read_text().endswith("\n")
 
 
 def test_a_journal_nested_past_jsons_limit_is_one_line(tmp_path: Path) -> None:

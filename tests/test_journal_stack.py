@@ -22,10 +22,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from affmon.actions import Journal, JournalEntry, JournalError, ThreadRecord, expected_masks
+from affmon.actions import Journal, JournalEntry, JournalError, OsAffinity, ThreadRecord, expected_masks
 from affmon.actions import journal as journal_module
 from affmon.actions.journal import PinnedMasks, ProcessMask, new_entry_id, stacked
-from affmon.actions.journal_records import decode, encode, is_sealed, read_head, read_threads, seal
+from affmon.actions.journal_records import decode, encode, is_sealed, read_head, read_threads, seal, seal_more
 from affmon.actions.pin import pin
 from affmon.actions.undo import undo
 from affmon.collect.identity import uptime_ticks
@@ -343,6 +343,79 @@ def test_a_line_changed_since_it_was_written_is_corrupt_and_left_alone(tmp_path:
             journal.add(JournalEntry(new_entry_id(), 3.0, 30, 100, cpus(0)))
         assert journal.path.read_text() == text  # never rewritten over the user's data
     assert PinnedMasks(journal.path)() == {}  # a view is not stopped by it
+
+
+# -- a pin of many rounds -------------------------------------------------------------------
+
+
+def test_a_pin_of_many_rounds_appends_each_later_round_instead_of_rewriting_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each round after the first adds one line (its records, synced before its sets)
+    instead of rewriting the journal; the pin's last write folds them into its entry."""
+    journal = Journal(tmp_path / "journal.jsonl")
+    rewrites: list[int] = []
+    appends: list[str] = []
+    real_replace, real_append = Journal._replace, Journal._append
+
+    def replacing(self: Journal, text: str) -> None:
+        rewrites.append(len(text))
+        real_replace(self, text)
+
+    def appending(self: Journal, text: str) -> None:
+        appends.append(text)
+        real_append(self, text)
+
+    monkeypatch.setattr(Journal, "_replace", replacing)
+    monkeypatch.setattr(Journal, "_append", appending)
+    with spawner("--cpus", f"{A},{B}") as s:
+        s.send("spawn 20")
+        before = masks(s.pid)
+
+        spawned: list[int] = []
+
+        class EachRound(OsAffinity):
+            """On the first set, and then on the set of the thread it started (the one new
+            thread of each later round), a thread on a mask of its own starts: the next
+            round finds it."""
+
+            def set(self, tid: int, cpus: CpuSet) -> None:
+                super().set(tid, cpus)
+                if len(spawned) < 4 and (not spawned or tid == spawned[-1]):
+                    spawned.append(s.send(f"own {A}"))
+
+        result = pin(s.pid, cpus(B), ops=EachRound(), journal=journal)
+        assert result.ok, result.error
+        assert len(appends) == 4  # rounds 2 to 5, one line each
+        assert len(rewrites) == 3  # proving the journal writable, the first round, "applied"
+        (entry,) = journal.entries()
+        assert entry.state == "applied" and len(entry.threads) == len(before) + 4
+        assert len(journal.path.read_text().splitlines()) == 1  # folded into the entry
+        assert undo(journal, s.pid).ok
+        assert {tid: m for tid, m in masks(s.pid).items() if tid in before} == before
+
+
+def test_an_append_cut_short_is_ignored_and_the_next_write_rewrites_the_file(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    first = JournalEntry(new_entry_id(), 1.0, 10, 100, cpus(0), "pending", (record(10, 100, {0, 1}),))
+    journal.add(first)
+    journal.extend(first.id, (record(11, 101, {0, 1}),))
+    whole = journal.path.read_text()
+    assert len(whole.splitlines()) == 2 and whole.endswith("\n")
+    assert [len(e.threads) for e in journal.entries()] == [2]
+    # A pin killed in the middle of its next append: the line has no end.
+    with journal.path.open("a") as f:
+        f.write(seal_more(first.id, (record(12, 102, {0, 1}),))[:40])
+    assert [len(e.threads) for e in journal.entries()] == [2]  # every reader skips the unfinished line
+    assert [h.id for h in journal.heads()] == [first.id]
+    journal.extend(first.id, (record(13, 103, {0, 1}),))  # rewritten, not appended to the cut line
+    text = journal.path.read_text()
+    assert len(text.splitlines()) == 1 and text.endswith("\n")
+    assert [t.tid for t in journal.get(first.id).threads] == [10, 11, 13]
+    # A line adding records to no entry above it is corrupt.
+    journal.path.write_text(text + seal_more("nothing-here", (record(14, 104, {0}),)) + "\n")
+    with pytest.raises(JournalError, match=r"is corrupt at line 2 .*no entry above it"):
+        journal.entries()
 
 
 # -- killed writers ----------------------------------------------------------------------

@@ -71,8 +71,10 @@ from affmon.actions.journal_records import (
     is_sealed,
     new_entry_id,
     read_head,
+    read_more,
     read_threads,
     seal,
+    seal_more,
     stacked,
 )
 from affmon.actions.journal_trust import check_owned, open_private_dir, reason
@@ -151,6 +153,14 @@ class _Line:
             )
         return self._entry
 
+    def add(self, records: tuple[ThreadRecord, ...], path: Path) -> None:
+        """Add thread records to the entry (a line ``Journal.extend`` appended): it is
+        sealed again, merged, by the next rewrite."""
+        entry = self.entry(path)
+        self._entry = replace(entry, threads=entry.threads + records)
+        self.head = self._entry.head()
+        self.text = None
+
 
 def _corrupt(path: Path, number: int, exc: BaseException) -> JournalError:
     return JournalError(
@@ -167,6 +177,7 @@ class Journal:
         self._dir_fd: int | None = None  # held while locked
         self._lock_fd: int | None = None
         self._held: list[_Line] | None = None  # the lines, while locked: no one else writes then
+        self._torn = False  # the file read ends in a line an append left unfinished: rewrite, never append
 
     # -- reading ---------------------------------------------------------------
 
@@ -222,20 +233,43 @@ class Journal:
             raise JournalError(f"cannot read the affmon journal {self.path}: {reason(exc)}") from None
         finally:
             os.close(fd)
-        lines = []
-        for number, line in enumerate(text.split("\n"), start=1):
+        lines: list[_Line] = []
+        texts = text.split("\n")
+        # Every rewrite ends with a newline, and so does every append that finished: text
+        # after the last one is an append cut short (a pin killed in its write), whose
+        # records no change followed (each set waits for its records' fsync).
+        tail = texts.pop()
+        self._torn = bool(tail.strip())
+        for number, line in enumerate(texts, start=1):
             if not line.strip():
                 continue
             try:
-                if is_sealed(line):
-                    lines.append(_Line(read_head(line), line, None, number))
-                else:  # written by hand, or by an affmon that did not seal lines: every field checked
-                    entry = decode(json.loads(line))
-                    lines.append(_Line(entry.head(), None, entry, number))
+                self._parse(line, number, lines)
             except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
                 # RecursionError: a line of lists nested past what json.loads can descend.
                 raise _corrupt(self.path, number, exc) from None
+        if self._torn:
+            try:
+                self._parse(tail, len(texts) + 1, lines)
+            except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+                if not is_sealed(tail):  # a line written by hand without its newline
+                    raise _corrupt(self.path, len(texts) + 1, exc) from None
         return lines
+
+    def _parse(self, line: str, number: int, lines: list[_Line]) -> None:
+        if not is_sealed(line):  # written by hand, or by an affmon that did not seal lines: every field checked
+            entry = decode(json.loads(line))
+            lines.append(_Line(entry.head(), None, entry, number))
+            return
+        more = read_more(line)
+        if more is None:
+            lines.append(_Line(read_head(line), line, None, number))
+            return
+        entry_id, records = more
+        target = next((held for held in lines if held.head.id == entry_id), None)
+        if target is None:
+            raise ValueError(f"it adds thread records to {entry_id}, no entry above it")
+        target.add(records, self.path)
 
     # -- writing ---------------------------------------------------------------
 
@@ -253,6 +287,20 @@ class Journal:
             i, _ = self._find(lines, entry.id)
             lines[i] = _Line.new(entry)
             self._store(lines)
+
+    def extend(self, entry_id: str, records: tuple[ThreadRecord, ...]) -> None:
+        """Add ``records`` to the entry ``entry_id`` (a pin's round after its first): one
+        line appended and synced, not the file rewritten; the next rewrite merges it. A
+        file that ends in an unfinished line is rewritten instead."""
+        with self.locked():
+            lines = self._lines()
+            _, line = self._find(lines, entry_id)
+            if self._torn:
+                line.add(records, self.path)
+                self._store(lines)
+                return
+            self._append(seal_more(entry_id, records) + "\n")
+            line.add(records, self.path)
 
     def set_state(self, entry_id: str, state: EntryState) -> JournalEntry:
         with self.locked():
@@ -401,7 +449,26 @@ class Journal:
             kept.append(line)
         self._replace("".join(f"{line.text}\n" for line in kept))
         self._held = kept
+        self._torn = False
         return list(kept)
+
+    def _append(self, text: str) -> None:
+        assert self._dir_fd is not None, "writes happen under locked()"
+        try:
+            fd = os.open(self.path.name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._dir_fd)
+        except OSError as exc:
+            raise JournalError(f"cannot write the affmon journal {self.path}: {reason(exc)}") from None
+        try:
+            check_owned(os.fstat(fd), self.path, regular=True)
+            data = text.encode()
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        except OSError as exc:
+            self._torn = True  # part of the line may be there: the next write rewrites the file
+            raise JournalError(f"cannot write the affmon journal {self.path}: {reason(exc)}") from None
+        finally:
+            os.close(fd)
 
     def _replace(self, text: str) -> None:
         """Replace the file with ``text`` through a new file in the held directory (never

@@ -552,15 +552,42 @@ def is_sealed(line: str) -> bool:
     return line.startswith(_SEAL)
 
 
-def read_head(line: str) -> EntryHead:
-    """The head of a sealed line, once its sum matches: the thread records are not parsed
-    (a JSON parse of the few fields before them). ValueError for a line changed or cut
-    short since it was written."""
+def _checked(line: str) -> str:
+    """The rest of a sealed line after its sum, once the sum matches."""
     digits, rest = line[len(_SEAL) : _REST_AT - 2], line[_REST_AT:]
     if len(digits) != 8 or not _HEX.issuperset(digits) or line[_REST_AT - 2 : _REST_AT] != '",':
         raise ValueError("its checksum is not 8 hex digits")
     if int(digits, 16) != zlib.crc32(rest.encode()):
         raise ValueError("it does not match its checksum: changed or cut short since affmon wrote it")
+    return rest
+
+
+_MORE = '"more":'  # the first key of a line that adds thread records to an entry above it
+
+
+def seal_more(entry_id: str, records: Iterable[ThreadRecord]) -> str:
+    """A line that adds ``records`` to the entry ``entry_id`` written above it: what a pin
+    appends for each round after its first, instead of rewriting the file."""
+    rest = json.dumps({"more": entry_id, "threads": _encode_records(records, {})}, separators=(",", ":"))[1:]
+    return f'{_SEAL}{zlib.crc32(rest.encode()):08x}",{rest}'
+
+
+def read_more(line: str) -> tuple[str, tuple[ThreadRecord, ...]] | None:
+    """(the entry's id, the records it adds) of a line ``seal_more`` wrote; None for an
+    entry's own line. ValueError for a line changed or cut short."""
+    if not line[_REST_AT:].startswith(_MORE):
+        return None
+    raw = json.loads("{" + _checked(line))
+    if not isinstance(raw, dict) or set(raw) != {"more", "threads"}:
+        raise ValueError("a line adding thread records has other fields")
+    return _text(raw["more"]), decode_records(raw["threads"])
+
+
+def read_head(line: str) -> EntryHead:
+    """The head of a sealed line, once its sum matches: the thread records are not parsed
+    (a JSON parse of the few fields before them). ValueError for a line changed or cut
+    short since it was written."""
+    rest = _checked(line)
     cut = rest.find(_THREADS)
     if cut < 0 or not rest.endswith("]}"):
         raise ValueError("its thread records are not its last field")

@@ -501,7 +501,7 @@ class _Pin:
         if self.journal is None:
             return
         if self.entry_written:
-            self.journal.update(self.entry)
+            self.journal.extend(self.entry.id, tuple(records))  # appended: the file is rewritten once a pin
         else:
             self.journal.add(self.entry)
             self.entry_written = True
