@@ -4,7 +4,8 @@ mask changed between pins, a pin killed half way); a journal an older affmon wro
 is compacted by the next write; a reader asked about one process parses the thread
 records of that process's entries only; a line changed since it was written is corrupt;
 a writer killed at any moment leaves a journal whose every line parses, and its
-temporary file is removed by the next write."""
+temporary file is removed by the next write; a pin's later rounds are appended, and an
+append cut short is skipped."""
 
 from __future__ import annotations
 

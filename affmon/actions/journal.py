@@ -5,7 +5,11 @@ One JSON object per line (``journal.jsonl``), oldest first. Every change rewrite
 whole file atomically (temporary file in the same directory, ``fsync``, ``rename``,
 ``fsync`` of the directory), mode 0600, under an ``flock`` on a side file so two affmon
 processes never lose each other's entries; a pin or an undo holds that lock from its
-first check to its last write (``Journal.locked``), so two of them never interleave. A
+first check to its last write (``Journal.locked``), so two of them never interleave. The
+one exception is a pin's rounds after its first: each appends one line of records to its
+entry, synced before any of their masks changes (``Journal.extend``), and the next
+rewrite folds them in; text after the last newline is an append cut short, skipped, since
+nothing changed after it. A
 temporary file left by a writer killed before its rename is removed by the next write. A
 journal that cannot be parsed raises ``JournalError`` (one line naming the file and the
 line), never a traceback, and is never rewritten: the user decides what to do with it.

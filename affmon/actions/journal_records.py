@@ -16,7 +16,9 @@ A line is sealed: ``{"sum":"<crc32 of the rest>",`` then the entry's fields, its
 whether any is alive) and, last, ``threads``. A reader checks the sum and parses the head
 alone (``read_head``); the thread records are parsed only for an entry that needs them
 (``read_threads``). A line without a sum (written by hand, or by an affmon that did not
-seal its lines) is parsed whole and checked field by field.
+seal its lines) is parsed whole and checked field by field. A sealed line whose first
+field is ``more`` adds thread records to the entry above it (``seal_more``: a pin's later
+round, appended).
 """
 
 from __future__ import annotations
