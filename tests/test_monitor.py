@@ -11,7 +11,7 @@ from affmon.core.advice import propose_pin
 from affmon.core.findings import Severity
 from affmon.core.samples import PcieLink, Sample
 from affmon.tui.model.monitor import Monitor
-from affmon.tui.model.views import thread_rows
+from affmon.tui.model.views import shown_cpu, thread_rows
 from tests.recordings import last_view, load, monitor, views
 
 
@@ -149,11 +149,14 @@ def test_a_lost_gpu_has_no_utilisation_in_history():
 
 
 def test_thread_rows_busiest_first():
+    # Busiest first as the CPU% column reads (one decimal): threads that read the same keep
+    # TID order rather than trading places by a difference no one can see.
     v = last_view("narrow")
     rows = thread_rows(v.snapshot, 695)
     assert len(rows) == 9 and {r.pid for r in rows} == {695}
-    cpu = [r.cpu_percent or 0 for r in rows]
-    assert cpu == sorted(cpu, reverse=True)
+    keys = [(-shown_cpu(r.cpu_percent), r.tid) for r in rows]
+    assert keys == sorted(keys)
+    assert [r.cpu_percent for r in rows] != sorted((r.cpu_percent for r in rows), reverse=True)  # ties by TID
     assert all(r.mask == frozenset({0, 1}) for r in rows)
     assert thread_rows(v.snapshot, 424242) == ()
 

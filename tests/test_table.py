@@ -6,6 +6,7 @@ import pytest
 
 from affmon.core import fmt
 from affmon.tui.model.table import SORTS, TableOptions, matches, next_sort, table_rows
+from affmon.tui.model.views import shown_cpu
 from tests.recordings import last_view
 
 
@@ -35,7 +36,7 @@ def test_sort_by_cpu_puts_a_hog_first_and_keeps_workers_under_their_rank():
     index = keys(rows).index("p:608")
     assert {r.key for r in rows[index + 1 : index + 5]} == {"p:659", "p:660", "p:661", "p:662"}
     roots = [r.process for r in rows if r.depth == 0]
-    cpu = [p.cpu_percent or 0 for p in roots if p is not None]
+    cpu = [shown_cpu(p.cpu_percent) for p in roots if p is not None]  # as the CPU% column reads them
     assert cpu == sorted(cpu, reverse=True)
 
 

@@ -47,8 +47,10 @@ SHOTS = (
     Shot("thread_rows", "single_core", keys=("t",)),
     Shot("help", "clean", keys=("question_mark",)),
     Shot("help_80x24", "clean", size=(80, 24), keys=("question_mark",)),
-    # The demo at its end: the rank (below the hogs that used more CPU) and its history.
-    Shot("demo_end", "demo", keys=("down",) * 4, readme="demo.svg"),
+    # The demo at its end: the rank (below the hogs that used more CPU) and its history. The
+    # cursor is still on the rank it followed while the rank was the worst job: once no job
+    # has a finding, none is worse, and the cursor stays where it is.
+    Shot("demo_end", "demo", readme="demo.svg"),
     *(Shot(f"hogs_{w}x{h}", "hogs", size=(w, h), readme=f"{w}x{h}.svg") for w, h in SIZES),
     Shot("detail_full_size_80x24", "hogs", size=(80, 24), keys=("enter",)),
     Shot("filter_matches_nothing_80x24", "hogs", size=(80, 24), keys=("slash", "z", "z", "z", "enter")),

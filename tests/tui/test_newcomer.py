@@ -22,7 +22,7 @@ from affmon.tui.help import HelpScreen, help_renderable
 from affmon.tui.layout import pane_heights
 from affmon.tui.model.process_detail import DetailedRow
 from affmon.tui.model.table import TableOptions, table_rows
-from affmon.tui.model.views import GpuRow, loop_word
+from affmon.tui.model.views import GpuRow, loop_word, shown_cpu
 from affmon.tui.palette import job_hues
 from affmon.tui.widgets.cores import core_map_text
 from affmon.tui.widgets.gpus import gpu_lines, plot_title
@@ -245,7 +245,7 @@ def test_htop_keys():
             assert app.options.reverse
             assert "CPU%▲" in [str(c.label) for c in app.query_one(ProcessTable).columns.values()]
             roots = [r for r in table_rows(app.view, app.options) if r.depth == 0]
-            top = [r.process.cpu_percent for r in roots]
+            top = [shown_cpu(r.process.cpu_percent) for r in roots]  # as the column reads them
             assert len(top) > 1 and top == sorted(top)  # least first
             await pilot.press("k")
             await pilot.pause()

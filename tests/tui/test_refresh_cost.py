@@ -27,6 +27,7 @@ from affmon.tui.model.views import ProcessHistory, Series, ThreadRow
 from affmon.tui.palette import palette
 from affmon.tui.screens import PinScreen
 from affmon.tui.widgets import processes
+from affmon.tui.widgets.celltable import CellTable
 from affmon.tui.widgets.detail import DetailText, ProcessPlot, ThreadTable
 from affmon.tui.widgets.processes import ProcessTable
 from affmon.tui.widgets.quiet import QuietStatic
@@ -130,13 +131,13 @@ def test_a_changed_row_paints_its_own_line_only(monkeypatch):
     """The table's other lines, down to the blank ones below its last row, are not drawn
     again when one figure changes."""
     painted: list[int] = []
-    original = DataTable.render_line
+    original = CellTable.render_line  # the table's own (DataTable's, its styles looked up once a pass)
 
     def counting(self, y):
         painted.append(y)
         return original(self, y)
 
-    monkeypatch.setattr(DataTable, "render_line", counting)
+    monkeypatch.setattr(CellTable, "render_line", counting)
 
     class Tall(_Threads):
         CSS = "#t { height: 1fr; }"  # a pane taller than its rows, as in the monitor

@@ -136,7 +136,7 @@ def test_the_live_monitor_runs_without_openssl_loaded(tmux: Tmux, tmp_path: Path
     assert control.stdout.strip() == "True True"  # plain imports of them do load it here
     command = (
         f"cd {ROOT} && exec env XDG_STATE_HOME={tmp_path / 'state'} TERM=xterm-256color "
-        f"{sys.executable} -m affmon --interval 0.5"
+        f"{sys.executable} -m affmon --interval 0.5 --pid {os.getpid()}"  # a plain python: watched when named
     )
     tmux.run("new-session", "-d", "-s", "e2e", "-x", "120", "-y", "30", command)
     # Textual's screen (its footer of keys), not the plain first frame drawn before it loads

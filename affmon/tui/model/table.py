@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from affmon.core.fmt import short_code
-from affmon.tui.model.views import ProcessRow, ThreadRow, View, thread_rows
+from affmon.tui.model.views import ProcessRow, ThreadRow, View, shown_cpu, shown_wait, thread_rows
 
 # Sort keys in the order `s` cycles through them, with what the status line says.
 SORTS = {
@@ -70,15 +70,17 @@ def _num(value: float | None) -> float:
 
 
 def sort_key(sort: str, row: ProcessRow) -> tuple[float, ...]:
-    """Ascending order puts the row to show first first."""
+    """Ascending order puts the row to show first first. Rates sort as the table shows
+    them (``shown_cpu``, ``shown_wait``): rows whose figures read the same stay in PID
+    order instead of trading places every tick by a difference no one can see."""
     if sort == "pid":
         return (row.pid,)
     if sort == "wait":
-        return (-_num(row.wait_ratio), -_num(row.cpu_percent), row.pid)
+        return (-shown_wait(row.wait_ratio), -shown_cpu(row.cpu_percent), row.pid)
     if sort == "cpu":
-        return (-_num(row.cpu_percent), row.pid)
+        return (-shown_cpu(row.cpu_percent), row.pid)
     worst = row.worst
-    return (-(worst + 1 if worst is not None else 0), -len(row.findings), -_num(row.cpu_percent), row.pid)
+    return (-(worst + 1 if worst is not None else 0), -len(row.findings), -shown_cpu(row.cpu_percent), row.pid)
 
 
 def matches(row: ProcessRow, text: str) -> bool:
@@ -166,5 +168,5 @@ def _threads(view: View, pid: int, sort: str, reverse: bool = False) -> tuple[Th
     if sort == "pid":
         rows = tuple(sorted(rows, key=lambda r: r.tid))
     elif sort == "wait":
-        rows = tuple(sorted(rows, key=lambda r: (-_num(r.wait_ratio), r.tid)))
+        rows = tuple(sorted(rows, key=lambda r: (-shown_wait(r.wait_ratio), r.tid)))
     return rows[::-1] if reverse else rows

@@ -344,13 +344,28 @@ def thread_row(pid: int, t: ThreadRates, seconds: float) -> ThreadRow:
     )
 
 
+def shown_cpu(value: float | None) -> float:
+    """A CPU share as the tables show it (``fmt.cpu_percent``: one decimal below 100, none
+    above), to sort by; unknown sorts below 0."""
+    if value is None:
+        return -1.0
+    return round(value, 1) if value < 99.95 else float(round(value))
+
+
+def shown_wait(value: float | None) -> float:
+    """A wait ratio as the tables show it (``fmt.ratio_percent``: a whole percent), to sort by."""
+    return -1.0 if value is None else float(round(value * 100))
+
+
 def thread_rows(snapshot: Snapshot, pid: int) -> tuple[ThreadRow, ...]:
-    """The threads of one process, busiest first (unknown CPU use last)."""
+    """The threads of one process, busiest first as their CPU% reads (threads whose figures
+    read the same in TID order, so that a pool of threads that each woke for microseconds
+    keeps its order instead of being shuffled every tick); unknown CPU use last."""
     p = snapshot.process(pid)
     if p is None:
         return ()
     rows = [thread_row(pid, t, snapshot.interval_s) for t in p.threads]
-    return tuple(sorted(rows, key=lambda r: (-(r.cpu_percent if r.cpu_percent is not None else -1.0), r.tid)))
+    return tuple(sorted(rows, key=lambda r: (-shown_cpu(r.cpu_percent), r.tid)))
 
 
 def gpu_row(g: GpuRates) -> GpuRow:

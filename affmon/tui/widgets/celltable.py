@@ -29,6 +29,8 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.cache import LRUCache
+from textual.color import Color
+from textual.coordinate import Coordinate
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets import DataTable
@@ -60,7 +62,9 @@ class CellTable(DataTable[Text]):
         self._cached_for = self._update_count  # the update count Textual's caches hold renders of
         self._shown: list[Cells] = []
         self._renders: dict[tuple[object, ...], tuple[Text, list[list[Segment]]]] = {}
+        self._drawn: dict[tuple[object, ...], list[list[Segment]]] = {}  # by what the cell draws, not where
         self.cell_renders = 0  # cells rendered through Rich (a figure for tests and benchmarks)
+        self._pass_styles: dict[str, Style] | None = None  # during render_lines: styles looked up
 
     def put_rows(self, rows: Sequence[Cells]) -> None:
         """Show ``rows`` top to bottom, touching only the cells that differ from what is shown."""
@@ -103,11 +107,126 @@ class CellTable(DataTable[Text]):
             self._row_render_cache.clear()
             self._row_renderable_cache.clear()
             self._line_cache.clear()
-        return super().render_lines(crop)
+        # Styles looked up once for the lines drawn together, not once a line: each lookup
+        # walks the widget's ancestors to blend their backgrounds.
+        self._pass_styles = {}
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass_styles = None
+
+    def _pass_style(self, name: str) -> Style:
+        """``name``'s Rich style (the widget's own for ""), looked up once a pass."""
+        styles = self._pass_styles
+        style = styles.get(name) if styles is not None else None
+        if style is None:
+            style = self.rich_style if not name else self.get_component_styles(name).rich_style
+            if styles is not None:
+                styles[name] = style
+        return style
+
+    def render_line(self, y: int) -> Strip:
+        """``DataTable.render_line``, the widget's style looked up once a pass."""
+        scroll_x, scroll_y = self.scroll_offset
+        fixed_rows_height = 0
+        for row_index in range(self.fixed_rows):
+            row_key = self._row_locations.get_key(row_index)
+            if row_key is not None:
+                fixed_rows_height += self.get_row_height(row_key)
+        if self.show_header:
+            fixed_rows_height += self.get_row_height(self._header_row_key)
+        if y >= fixed_rows_height:
+            y += scroll_y
+        return self._render_line(y, scroll_x, scroll_x + self.size.width, self._pass_style(""))
+
+    def _get_row_style(self, row_index: int, base_style: Style) -> Style:
+        """``DataTable._get_row_style``, each component's style looked up once a pass."""
+        if row_index == -1:
+            return self._pass_style("datatable--header")
+        if row_index < self.fixed_rows:
+            return self._pass_style("datatable--fixed")
+        if self.zebra_stripes:
+            return self._pass_style("datatable--odd-row" if row_index % 2 else "datatable--even-row")
+        return base_style
+
+    def _render_line_in_row(
+        self,
+        row_key: RowKey,
+        line_no: int,
+        base_style: Style,
+        cursor_location: Coordinate,
+        hover_location: Coordinate,
+    ) -> tuple[list[list[Segment]], list[list[Segment]]]:
+        """``DataTable._render_line_in_row`` for a table with no row labels and no fixed
+        columns (the monitor's): the same segments, without looking up the header's style
+        for every line (it styles only labels and fixed columns). Any other table: Textual's."""
+        if (self._labelled_row_exists and self.show_row_labels) or self.fixed_columns:
+            return super()._render_line_in_row(row_key, line_no, base_style, cursor_location, hover_location)
+        cursor_type = self.cursor_type
+        cache_key = (
+            row_key,
+            line_no,
+            base_style,
+            cursor_location,
+            hover_location,
+            cursor_type,
+            self.show_cursor,
+            self._show_hover_cursor,
+            self._update_count,
+            self._pseudo_class_state,
+        )
+        cached = self._row_render_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        should_highlight = self._should_highlight
+        located = self._row_locations.get(row_key)
+        row_index = located if located is not None else -1
+        row_style = self._get_row_style(row_index, base_style)
+        scrollable_row = []
+        table_width = self._row_label_column_width
+        for column_index, column in enumerate(self.ordered_columns):
+            cell_location = Coordinate(row_index, column_index)
+            width = column.get_render_width(self)
+            table_width += width
+            scrollable_row.append(
+                self._render_cell(
+                    row_index,
+                    column_index,
+                    row_style,
+                    width,
+                    cursor=should_highlight(cursor_location, cell_location, cursor_type),
+                    hover=should_highlight(hover_location, cell_location, cursor_type),
+                )[line_no]
+            )
+        remaining_space = max(0, self.size.width - table_width)
+        if cursor_type == "row":
+            extend_style, _ = self._get_styles_to_render_cell(
+                row_index == -1,
+                False,
+                False,
+                should_highlight(hover_location, Coordinate(row_index or 0, 0), cursor_type),
+                row_index == cursor_location.row,
+                self.show_cursor,
+                self._show_hover_cursor,
+                False,
+                False,
+            )
+            extend_style = row_style + extend_style
+        elif row_style.bgcolor is not None:
+            faded_color = Color.from_rich_color(row_style.bgcolor).blend(self.background_colors[1], factor=0.25)
+            extend_style = Style.from_color(color=row_style.color, bgcolor=faded_color.rich_color)
+        else:
+            extend_style = Style.from_color(row_style.color, row_style.bgcolor)
+        extend_style += Style.from_meta({"row": row_index, "column": 0, "out_of_bounds": True})
+        scrollable_row.append([Segment(" " * remaining_space, extend_style)])
+        row_pair: tuple[list[list[Segment]], list[list[Segment]]] = ([], scrollable_row)
+        self._row_render_cache[cache_key] = row_pair
+        return row_pair
 
     def clear(self, columns: bool = False) -> Any:
         self._shown = []
         self._renders.clear()
+        self._drawn.clear()
         return super().clear(columns)
 
     def _render_cell(
@@ -137,9 +256,44 @@ class CellTable(DataTable[Text]):
         hit = self._renders.get(key)
         if hit is not None and hit[0] is value:
             return hit[1]
-        lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        look = (content_key(value), *key[2:])
+        drawn = self._drawn.get(look)
+        if drawn is not None:
+            lines = _moved(drawn, Style.from_meta({"row": row_index, "column": column_index}))
+        else:
+            lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+            if len(self._drawn) >= RENDER_CACHE_CELLS:
+                self._drawn.clear()  # keyed by content and look: few distinct ones a table; a backstop
+            self._drawn[look] = lines
+            self.cell_renders += 1
         if len(self._renders) >= RENDER_CACHE_CELLS:
             self._renders.clear()  # keyed by position and look: bounded by the screen, this is a backstop
         self._renders[key] = (value, lines)
-        self.cell_renders += 1
         return lines
+
+
+def content_key(cell: object) -> object:
+    """What a cell draws (``same_text``'s fields), as a key: two cells with the same key
+    render alike at the same width and look."""
+    if not isinstance(cell, Text):
+        return cell
+    return (
+        cell.plain,
+        tuple(cell.spans),
+        cell.style,
+        cell.justify,
+        cell.overflow,
+        cell.no_wrap,
+        cell.end,
+        cell.tab_size,
+    )
+
+
+def _moved(lines: list[list[Segment]], meta: Style) -> list[list[Segment]]:
+    """A cell's render drawn at another place: every segment carries the place in its
+    style's meta (``{"row": ..., "column": ...}``: what a mouse click on it reads), which a
+    style added last replaces; nothing else of the render depends on where it is."""
+    return [
+        [Segment(text, style + meta if style is not None else None, control) for text, style, control in line]
+        for line in lines
+    ]

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
+from textual.widget import Widget
 
 from affmon.core import fmt
 from affmon.core.findings import Finding
@@ -26,7 +27,7 @@ from affmon.tui.palette import Palette
 from affmon.tui.widgets.celltable import CellTable
 from affmon.tui.widgets.plot import LazyPlot
 from affmon.tui.widgets.processes import wait_style
-from affmon.tui.widgets.quiet import QuietStatic
+from affmon.tui.widgets.quiet import QuietStatic, split_lines
 
 THREAD_COLUMNS = (
     ("tid", "TID", 7),
@@ -175,13 +176,38 @@ def detail_text(row: ProcessRow | None, findings: Sequence[Finding], p: Palette,
 
 
 class DetailText(QuietStatic):
+    """The selected process's text. It keeps the lines it once had (``keeps_lines``) only
+    while its text overflows its pane: a text that fits leaves no blank lines to scroll to
+    below it, and the pane no scroll bar."""
+
     _built: tuple[object, ...] | None = None
+    _pid: int | None = None  # the process shown: another one starts with no lines kept
+    keeps_lines = True
+
+    def _pane_lines(self) -> int:
+        parent = self.parent
+        return parent.size.height if isinstance(parent, Widget) else 0
+
+    def floor_lines(self) -> int:
+        """The lines it keeps, or its pane's height (the CSS gives it ``min-height: 100%``
+        of the pane), the more of the two."""
+        return max(super().floor_lines(), self._pane_lines())
 
     def show(self, row: ProcessRow | None, findings: Sequence[Finding], p: Palette, measured: bool = True) -> None:
         inputs = (row, tuple(findings), p, measured)
         if inputs != self._built:  # built again only when what it shows changed
             self._built = inputs
-            self.put(detail_text(row, findings, p, measured))
+            pid = None if row is None else row.pid
+            text = detail_text(row, findings, p, measured)
+            if pid != self._pid or (self._kept and self._fits(text)):
+                self._pid = pid
+                self._kept = 0  # another process, or a text that fits: from its own height
+            self.put(text)
+
+    def _fits(self, text: Text) -> bool:
+        """Whether ``text`` fits in the pane at the width it is shown at."""
+        width = self.size.width
+        return width > 0 and len(self._wrap(split_lines(text), width)) <= self._pane_lines()
 
 
 class ThreadTable(CellTable):

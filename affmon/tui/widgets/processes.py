@@ -221,7 +221,7 @@ class ProcessTable(CellTable):
         self._layout: tuple[tuple[str, str, int], ...] = ()
         self._sort: tuple[str | None, bool] = (None, False)
         self._width: int | None = None  # the width last laid out for
-        self.user_moved = False  # until the person moves the cursor, it follows the top row
+        self.user_moved = False  # until the person moves the cursor, it follows the top row (``_top_key``)
 
     def on_key(self, event: events.Key) -> None:
         if event.key in NAVIGATION_KEYS:
@@ -255,7 +255,7 @@ class ProcessTable(CellTable):
         reverse: bool = False,
     ) -> None:
         """Lay out ``rows``; keep the cursor on ``select`` (default: the current key)."""
-        wanted = select or (self.selected_key if self.user_moved else (rows[0].key if rows else None))
+        wanted = select or (self.selected_key if self.user_moved else self._top_key(rows, sort))
         table_width = self.size.width
         same_style = self._style == (p, job_colors)
         given = list(rows)
@@ -291,6 +291,24 @@ class ProcessTable(CellTable):
         self._width = table_width
         if wanted is not None and wanted != self.selected_key:
             self.select_key(wanted)
+
+    def _top_key(self, rows: Sequence[TableRow], sort: str | None) -> str | None:
+        """Until the person moves the cursor it follows the top row: by findings, the worst
+        job. Among jobs as bad as each other (the same worst finding and as many findings),
+        which one is on top goes by CPU% and changes from tick to tick; the cursor stays on
+        the one it is on while that one is still as bad as the top row, so that the detail
+        pane does not switch processes every second."""
+        if not rows:
+            return None
+        top = rows[0]
+        held = self.selected_key
+        if sort != "findings" or held is None or held == top.key or top.process is None:
+            return top.key
+        row = next((r for r in rows if r.key == held), None)
+        if row is None or row.depth != 0 or row.process is None:
+            return top.key
+        same = (row.process.worst, len(row.process.findings)) == (top.process.worst, len(top.process.findings))
+        return held if same else top.key
 
     def _fit(
         self, rows: Sequence[TableRow], cells: Sequence[Cells], sort: str | None, reverse: bool

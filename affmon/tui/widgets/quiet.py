@@ -5,8 +5,13 @@ all of its content again through Textual's ``Content`` pipeline, however little 
 a four-line core map whose one bar moved cost about 2 ms a tick on a two-core VM, more
 than the sampler. ``QuietStatic.put`` skips content that draws the same as what is on
 screen (``same_text``: the characters and their styles), asks for a layout only when the
-number of lines changes, and otherwise marks dirty only the lines whose text changed; each
-line is rendered by Rich on its own, once, when it is first drawn.
+number of lines changes beyond the lines the layout gives it anyway (``floor_lines``: the
+detail pane's text is at least as tall as its pane, and keeps the lines it once had while
+the same process is shown, so a finding whose message wraps to one line more, then one
+less, does not lay the whole screen out again each tick, every widget drawn anew: about
+19 ms a layout of a 140x40 screen on the 2-core development machine), and otherwise
+marks dirty only the lines whose text changed; each line is rendered by Rich on its own,
+once, when it is first drawn.
 
 The text wraps at the widget's width unless it is ``no_wrap`` (then each line is cut,
 with the text's ``overflow``); the widget's own style (its CSS colour, background and
@@ -42,6 +47,13 @@ def split_lines(text: Text) -> list[Text]:
         line.no_wrap = text.no_wrap
         line.overflow = text.overflow
     return lines
+
+
+def _same_line(a: Sequence[Text], b: Sequence[Text], y: int) -> bool:
+    """Whether line ``y`` draws the same in both (a line past the end of one is blank)."""
+    if y >= len(a) or y >= len(b):
+        return y >= len(a) and y >= len(b)
+    return same_text(a[y], b[y])
 
 
 def same_lines(a: Sequence[Text], b: Sequence[Text]) -> bool:
@@ -84,15 +96,29 @@ class QuietStatic(Static):
             self._relayout()  # (a widget as wide as its text: a text of another width resizes it)
             return
         lines = self._wrap(source, width)
-        if len(lines) != len(self._lines):
+        if len(lines) != len(self._lines) and max(len(lines), len(self._lines)) > self.floor_lines():
+            if self.keeps_lines:
+                self._kept = max(self._kept, len(lines))
             self._relayout()
             return
-        changed = [y for y, (new, old) in enumerate(zip(lines, self._lines, strict=True)) if not same_text(new, old)]
+        changed = [y for y in range(max(len(lines), len(self._lines))) if not _same_line(lines, self._lines, y)]
         for y in changed:
             self._strips.pop(y, None)
         if changed:  # one refresh for all of them (each call also drops the widget's cached sizes)
             self.refresh(*(Region(0, y, width, 1) for y in changed))
         self._lines = lines
+
+    # A widget that keeps the lines its content once had (until it sets ``_kept`` back to 0):
+    # its height does not shrink when its text loses a line and gains it back the next tick.
+    keeps_lines = False
+    _kept = 0
+
+    def floor_lines(self) -> int:
+        """Lines the layout gives this widget whatever its content (0: as many as its
+        content has): those it keeps. Within them a change of the number of lines needs no
+        layout: the lines below the content are blank. A widget whose CSS gives it a
+        minimum height says so here too."""
+        return self._kept
 
     def wrapped_lines(self, width: int) -> int:
         """Lines the content takes at ``width`` cells (what the layout gives a pane that
@@ -146,7 +172,7 @@ class QuietStatic(Static):
         return 0 if self._source is None else self._widest(self._source)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(self._lines_at(width))
+        return max(len(self._lines_at(width)), self._kept)
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
