@@ -6,7 +6,8 @@
 # process watched. This script is shell, so nothing is watched at all: affmon
 # (`python -m affmon --interval 1` from this checkout) and `htop -d 10` run in 140x40 panes of
 # a private tmux server, nothing captures them, and each one's CPU (utime + stime of all its
-# threads, /proc/PID/stat) is read at the start and the end of the window, --repeat times.
+# threads, /proc/PID/stat) is read at the start and the end of the window, --repeat times; the
+# load average (1, 5 and 15 minutes) at the end of each window is printed with it.
 #
 #   bash bench/cost/idle_cost.sh [--seconds 90] [--repeat 2] [--warmup 8] [--python PATH]
 set -euo pipefail
@@ -43,12 +44,14 @@ for run in $(seq 1 "$repeat"); do
     sleep "$seconds"
     a1=$(cpu_ticks "$a") h1=$(cpu_ticks "$h")
     tmux -L "$socket" kill-server
-    awk -v run="$run" -v a="$((a1 - a0))" -v h="$((h1 - h0))" -v s="$seconds" -v t="$tick" 'BEGIN {
+    load=$(cut -d' ' -f1-3 /proc/loadavg)
+    awk -v run="$run" -v a="$((a1 - a0))" -v h="$((h1 - h0))" -v s="$seconds" -v t="$tick" -v load="$load" 'BEGIN {
         am = a * 1000 / t / s; hm = h * 1000 / t / s
         printf "%-6s %-22s %10.2f %10.2f\n", run, "affmon --interval 1", am, am / 10
         printf "%-6s %-22s %10.2f %10.2f\n", "", "htop -d 10", hm, hm / 10
         ratio = hm > 0 ? sprintf("%.2f", am / hm) : "-"  # htop used no clock tick: no ratio
         printf "%-6s %-22s %10s %10s %8s\n", "", "ratio affmon / htop", "", "", ratio
+        printf "%-6s %-22s %s\n", "", "load average", load
     }'
     sleep 1
 done

@@ -2,10 +2,11 @@
 
 Starts the waking population of bench/workloads/waking.py (2,000 threads in 10 processes by default,
 each thread waking every 0.5 s for a few tens of microseconds, plus a training-like python
-process of 12 threads, 3 of them busy-ish), then times, in rounds that alternate the two:
+process of 12 threads, 3 of them busy-ish; ``--ranks N``: N training-like ranks of
+bench/workloads/ranks.py in its place), then times, in rounds that alternate the two:
 
-* affmon: ``Sampler("/", Selection(others=True)).sample()``, the monitor's selection (python
-  and training processes watched, every other process sampled as others), one sample every
+* affmon: ``Sampler("/", Selection(others=True)).sample()``, the monitor's selection (training
+  processes and what runs below them watched, every other process sampled as others), one sample every
   ``--interval`` seconds as the monitor takes them; the first sample of a run (which reads
   every thread's ``sched`` file) is reported on its own line;
 * ps: ``ps -eLo pid,tid,psr,stat,comm`` (procps reads every task's stat and status), half way
@@ -15,16 +16,19 @@ CPU time is this process's (``time.process_time``) around ``sample()`` and the r
 children's (``resource.getrusage(RUSAGE_CHILDREN)``) around ``ps``; wall time is
 ``time.perf_counter``. Per sample: mean, median and max; per thread: the median sample
 divided by the threads that tool read (both read every thread on the machine, which the
-population's threads dominate). The ratio is affmon / ps. ``--sleeping`` adds a row on the
+population's threads dominate). The ratios are affmon / ps, per thread and per sample (the
+medians). The load average at the end is printed with them. ``--sleeping`` adds a row on the
 same number of threads that never wake (the case measured before), which takes affmon's
 quiet-process path.
 
     python -m bench.cost.sample_cost [--threads 2000] [--processes 10] [--rounds 15] [--sleeping]
+                                     [--population-as others|python] [--ranks 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import subprocess
@@ -130,6 +134,9 @@ def table(rows: list[Row]) -> list[str]:
         cpu = row.affmon.per_thread_us(row.affmon.cpu_s) / row.ps.per_thread_us(row.ps.cpu_s)
         wall = row.affmon.per_thread_us(row.affmon.wall_s) / row.ps.per_thread_us(row.ps.wall_s)
         lines.append(f"{'':<16} {'ratio':<7} {'':>6}  {'affmon / ps, per thread:':<49}  {cpu:8.2f} {wall:9.2f}")
+        per_sample = statistics.median(row.affmon.cpu_s) / statistics.median(row.ps.cpu_s)
+        label = "affmon / ps, CPU per sample (medians):"
+        lines.append(f"{'':<16} {'ratio':<7} {'':>6}  {label:<49}  {per_sample:8.2f}")
     return lines
 
 
@@ -151,10 +158,9 @@ def main() -> None:
         print(f"sample_cost: {e}", file=sys.stderr)
         sys.exit(2)
     print(
-        f"{a.processes} processes of {'waker' if a.population_as == 'others' else 'python'} threads "
-        f"(affmon samples them as {a.population_as}) + a training-like python process of 12 threads; "
-        f"wakes every {a.period:g} s, {a.work_us:g} us of work; {a.rounds} rounds alternating affmon and ps, "
-        f"affmon every {a.interval:g} s"
+        f"{shapes[0].describe()}; wakes every {a.period:g} s, {a.work_us:g} us of work; {a.rounds} rounds "
+        f"alternating affmon and ps, affmon every {a.interval:g} s; {os.cpu_count()} CPUs, load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end"
     )
     for row in rows:
         print(f"{row.shape.label()}: {row.workload}")

@@ -2,7 +2,8 @@
 
 Starts the waking population of bench/workloads/waking.py (2,000 threads in 10 processes by default,
 each thread waking every 0.5 s for a few tens of microseconds, plus a training-like python
-process of 12 threads, 3 of them busy-ish; ``--processes 0``: nothing), then, each in its
+process of 12 threads, 3 of them busy-ish; ``--ranks N``: N training-like ranks of
+bench/workloads/ranks.py in its place; ``--processes 0``: nothing but the ranks), then, each in its
 own 140x40 pane of a private tmux server: ``affmon --interval 1`` (the TUI) and ``htop -d 10``
 (htop's delay is in tenths of a second: 1 s; run with an empty configuration directory, so
 with its default meters). Both run together for ``--seconds`` (60) after ``--warmup`` (8).
@@ -31,7 +32,8 @@ Measured for each over that window:
   first frame it draws before Textual has loaded), for htop a line of its process list
   (PID, user, priority, nice). Panes are read every ``FIRST_POLL_S``; the figure is the
   median of the launches and its ratio. Also timed: affmon's full screen (Textual's, its
-  footer of keys on it), when keys start to work. affmon's bytecode is compiled first, as
+  footer of keys on it), when keys start to work. Each launch's ratio is printed too (the
+  two tools were launched together). affmon's bytecode is compiled first, as
   ``pip install`` does (with ``PYTHONDONTWRITEBYTECODE`` set, a checkout would compile
   every module from source at every launch).
 
@@ -48,9 +50,11 @@ first frame too, each launch of affmon and htop followed by one of the floor and
 ``--sleeping`` adds a second population: the same number of threads that never wake (the
 case measured before). Each population runs ``--repeat`` times (3), the populations taking
 turns, because the machine may be shared: the summary gives the median and range of the
-ratios. Needs tmux and htop (Debian: ``apt-get install tmux htop``).
+ratios, affmon's refreshes a minute and the load average at the end of each run. Needs tmux
+and htop (Debian: ``apt-get install tmux htop``).
 
     python -m bench.cost.tui_cost [--seconds 60] [--repeat 3] [--threads 2000] [--processes 10] [--sleeping]
+                             [--population-as others|python] [--ranks 4]
                              [--first-frames 5] [--glances /tmp/glancesvenv/bin/glances] [--floor]
 """
 
@@ -220,6 +224,7 @@ class Row:
     header: str
     first_frames: dict[str, list[float]]  # "affmon", "htop": seconds from launch to data, per launch
     others: tuple[tuple[str, Tool], ...] = ()  # ("glances -t 1", ...), ("textual floor", ...): CPU and RSS only
+    load: str = ""  # /proc/loadavg's 1, 5 and 15 minute averages at the end of the window
 
     def other(self, prefix: str) -> Tool | None:
         return next((tool for name, tool in self.others if name.startswith(prefix)), None)
@@ -316,7 +321,8 @@ def measure(
         for key, name in (("glances", "glances -t 1"), ("floor", FLOOR_NAME))
         if key in pids
     )
-    return Row(shape, run, elapsed, tools["affmon"], tools["htop"], workload, header, frames, others)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return Row(shape, run, elapsed, tools["affmon"], tools["htop"], workload, header, frames, others, load)
 
 
 def divide(a: float, b: float) -> float:
@@ -376,12 +382,15 @@ def summary(rows: list[Row]) -> list[str]:
     for label in dict.fromkeys(row.shape.label() for row in rows):
         runs = [ratios(row) for row in rows if row.shape.label() == label]
         cpu, per_refresh = sorted(r[0] for r in runs), sorted(r[1] for r in runs)
+        shown = [row for row in rows if row.shape.label() == label]
+        per_minute = sorted(row.affmon.refreshes * 60 / row.seconds for row in shown)
         lines.append(
             f"{label}: affmon / htop over {len(runs)} runs: CPU {statistics.median(cpu):.2f} "
             f"({cpu[0]:.2f}-{cpu[-1]:.2f}), CPU per refresh {statistics.median(per_refresh):.2f} "
-            f"({per_refresh[0]:.2f}-{per_refresh[-1]:.2f})"
+            f"({per_refresh[0]:.2f}-{per_refresh[-1]:.2f}); affmon's refreshes a minute "
+            f"{per_minute[0]:.0f}-{per_minute[-1]:.0f}; load average at the end of each run: "
+            f"{', '.join(row.load for row in shown)}"
         )
-        shown = [row for row in rows if row.shape.label() == label]
         frames = {k: [s for row in shown for s in row.first_frames[k]] for k in ("affmon", "htop")}
         if frames["affmon"]:
             a, h = median(frames["affmon"]), median(frames["htop"])
@@ -398,6 +407,11 @@ def summary(rows: list[Row]) -> list[str]:
                 f"{label}: first frame with data over {len(frames['affmon'])} launches: affmon {a:.2f} s "
                 f"({spread.get('affmon', '-')}), htop {h:.2f} s ({spread.get('htop', '-')}), ratio {divide(a, h):.2f}; "
                 f"affmon's full screen (keys work) {median(keys):.2f} s, {divide(median(keys), h):.2f} of htop's first"
+            )
+            each = [divide(x, y) for x, y in zip(frames["affmon"], frames["htop"], strict=True)]
+            lines.append(
+                f"{label}: first frame, each launch affmon / htop (launched together): "
+                f"{' '.join(f'{r:.2f}' for r in each)}; the worst {max(each):.2f}"
             )
     return lines
 
@@ -430,20 +444,14 @@ def main() -> None:
     except (StartError, OSError, ValueError) as e:
         print(f"tui_cost: {e}", file=sys.stderr)
         sys.exit(2)
-    population = (
-        f"{a.processes} processes of {'waker' if a.population_as == 'others' else 'python'} threads "
-        f"(affmon samples them as {a.population_as}) + a training-like python process of 12 threads"
-        if a.processes
-        else "nothing running"
-    )
     print(
-        f"{population}; {os.cpu_count()} CPUs; {a.seconds:g} s measured after {a.warmup:g} s warm-up; "
+        f"{shapes[0].describe()}; {os.cpu_count()} CPUs; {a.seconds:g} s measured after {a.warmup:g} s warm-up; "
         f"{WIDTH}x{HEIGHT} tmux panes; screens read every {POLL_S:g} s; first frames: {a.first_frames} launches a run, "
         f"read every {FIRST_POLL_S:g} s"
     )
     for row in rows:
-        if row.shape.processes:
-            print(f"{row.shape.label()}, {row.run}: {row.workload}")
+        if row.shape.processes or row.shape.ranks:
+            print(f"{row.shape.label()}, {row.run}: {row.workload}; load average {row.load}")
     print(f"affmon's header at the end of the last run: {rows[-1].header[:110]}")
     print("\n".join(table(rows) + summary(rows)))
 

@@ -21,9 +21,14 @@ benchmarks start it with a non-python ``argv[0]`` too, so that affmon does not t
 for a training process. Prints one JSON line, ``{"pid": ..., "threads": ...}``, once every
 thread runs; exits after ``--seconds``.
 
+``--runtime`` maps a stand-in libtorch (``map_runtime``), so that affmon takes the process
+for a training one.
+
 As a module: ``add_arguments`` and ``Population`` give both benchmarks the same set of
 processes: ``--threads`` threads (2,000 by default) split over ``--processes`` processes,
-plus one training-like python process of 12 threads, 3 of them busy-ish (30, 40 and 50%).
+plus one training-like python process of 12 threads, 3 of them busy-ish (30, 40 and 50%),
+with a stand-in libtorch mapped; or, with ``--ranks N``, N training-like ranks
+(``bench/workloads/ranks.py``) in its place.
 """
 
 from __future__ import annotations
@@ -31,10 +36,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import mmap
 import os
 import random
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -96,6 +103,27 @@ def busy_ish(duty: float, until: float) -> None:
             time.sleep(rest)
 
 
+RUNTIME_NAME = "libtorch_cpu.so"
+
+
+def map_runtime(use_torch: bool = False) -> object:
+    """What keeps a deep-learning runtime in this process's maps, so that affmon takes it
+    for a training process: ``torch`` itself, or an mmap of a one-page file named like
+    PyTorch's CPU library (removed at once: ``maps`` still names it, with " (deleted)")."""
+    if use_torch:
+        import torch  # the GPU machine's own install, or a CPU build
+
+        return torch
+    folder = tempfile.mkdtemp(prefix="affmon-rank-")
+    path = Path(folder) / RUNTIME_NAME
+    path.write_bytes(bytes(mmap.PAGESIZE))
+    with open(path, "rb") as f:
+        kept = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    path.unlink()
+    os.rmdir(folder)
+    return kept
+
+
 def block(until: float) -> None:
     """Sleep until ``until`` in one system call: a thread that never wakes."""
     time.sleep(max(0.0, until - time.monotonic()))
@@ -131,11 +159,13 @@ def run_process(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--name", default=None, help="the process's name (comm)")
     ap.add_argument("--seconds", type=positive, default=600.0)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--runtime", action="store_true", help="map a stand-in libtorch: affmon takes it for training")
     a = ap.parse_args(argv)
     if a.threads < max(1, len(a.busy_duty)):
         ap.error("--threads must be at least 1 and at least the number of busy-ish threads")
     if a.name:
         Path("/proc/self/comm").write_text(a.name[:15])
+    runtime = map_runtime() if a.runtime else None
     threading.stack_size(STACK_BYTES)
     until = time.monotonic() + a.seconds
     rng = random.Random(a.seed)
@@ -157,6 +187,7 @@ def run_process(argv: Sequence[str] | None = None) -> None:
     ready.wait()
     print(json.dumps({"pid": os.getpid(), "threads": len(os.listdir("/proc/self/task"))}), flush=True)
     jobs[0]()
+    del runtime
 
 
 # -- the benchmarks' population -----------------------------------------------------------
@@ -181,17 +212,25 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--work-us", type=positive, default=30.0, help="CPU microseconds of work per wake")
     ap.add_argument(
         "--population-as",
-        choices=("others", "watched"),
+        choices=("others", "python", "watched"),
         default="others",
-        help="others: the processes are named 'waker' and affmon samples them as others (default); "
-        "watched: they are python processes, which affmon watches",
+        help="others: the processes are named 'waker', not python (default); python: they are plain python "
+        "processes (no GPU or deep-learning runtime mapped; 'watched' is the old name, from when affmon watched "
+        "every python process)",
+    )
+    ap.add_argument(
+        "--ranks",
+        type=int,
+        default=0,
+        help="training-like ranks (bench/workloads/ranks.py: a main thread, 24 intra-op threads, 6 workers of 2 "
+        "threads, a pin-memory thread) in place of the training-like process of 12 threads",
     )
     ap.add_argument("--sleeping", action="store_true", help="also measure threads that never wake, as a second row")
 
 
 def check_arguments(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
-    if a.processes < 0 or a.threads < 0:
-        ap.error("--threads and --processes must not be negative")
+    if a.processes < 0 or a.threads < 0 or a.ranks < 0:
+        ap.error("--threads, --processes and --ranks must not be negative")
     if a.processes and a.threads < a.processes:
         ap.error(f"--threads {a.threads} cannot fill --processes {a.processes}")
 
@@ -199,7 +238,9 @@ def check_arguments(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 @dataclass(frozen=True)
 class Shape:
     """One population: ``threads`` over ``processes`` (plus the training-like process when
-    ``processes`` is not 0); ``sleeping``: the non-busy threads never wake."""
+    ``processes`` is not 0 and there are no ``ranks``; plus ``ranks`` training-like ranks);
+    ``sleeping``: the non-busy threads never wake; ``others``: the processes are named
+    ``waker``, not python."""
 
     threads: int
     processes: int
@@ -207,15 +248,33 @@ class Shape:
     period_s: float = 0.5
     work_us: float = 30.0
     others: bool = True
+    ranks: int = 0
 
     @classmethod
     def from_args(cls, a: argparse.Namespace, *, sleeping: bool = False) -> Shape:
-        return cls(a.threads, a.processes, sleeping, a.period, a.work_us, a.population_as == "others")
+        return cls(a.threads, a.processes, sleeping, a.period, a.work_us, a.population_as == "others", a.ranks)
 
     def label(self) -> str:
+        ranks = f"{self.ranks} rank{'s' if self.ranks != 1 else ''}" if self.ranks else ""
         if not self.processes:
-            return "nothing running"
-        return f"{self.threads:,} {'sleeping' if self.sleeping else 'waking'}"
+            return ranks or "nothing running"
+        threads = f"{self.threads:,} {'sleeping' if self.sleeping else 'waking'}"
+        return f"{threads} + {ranks}" if ranks else threads
+
+    def describe(self) -> str:
+        """The population in words, for a benchmark's heading."""
+        parts = []
+        if self.processes:
+            kind = "waker" if self.others else "plain python"
+            parts.append(f"{self.processes} {kind} processes of {self.threads:,} threads in all")
+            if not self.ranks:
+                parts.append(f"a training-like python process of {TRAINING_THREADS} threads (libtorch mapped)")
+        if self.ranks:
+            parts.append(
+                f"{self.ranks} training-like rank{'s' if self.ranks != 1 else ''} (libtorch mapped; each a main "
+                "thread busy a quarter of the time, 24 intra-op and a pin-memory thread, 6 workers of 2 threads)"
+            )
+        return " + ".join(parts) or "nothing running"
 
 
 class StartError(Exception):
@@ -224,7 +283,8 @@ class StartError(Exception):
 
 class Population:
     """The processes of one ``Shape``, started on entry and killed on exit. ``pids``: the
-    population's processes; ``training_pid``: the training-like one (None without one)."""
+    population's processes; ``training_pid``: the training-like process, or the first rank
+    (None without either); ``rank_pids``: the ranks; ``worker_pids``: their workers."""
 
     def __init__(self, shape: Shape, seconds: float) -> None:
         self.shape = shape
@@ -232,6 +292,8 @@ class Population:
         self.procs: list[subprocess.Popen[str]] = []
         self.pids: list[int] = []
         self.training_pid: int | None = None
+        self.rank_pids: list[int] = []
+        self.worker_pids: list[int] = []
 
     def _start(self, args: list[str], argv0: str) -> None:
         common = ["--period", str(self.shape.period_s), "--work-us", str(self.shape.work_us)]
@@ -242,6 +304,17 @@ class Population:
             )
         )
 
+    def _start_rank(self) -> None:
+        args = ["--period", str(self.shape.period_s), "--work-us", str(self.shape.work_us)]
+        self.procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "bench.workloads.ranks", *args, "--seconds", str(self.seconds)],
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=HERE.parent.parent.parent,
+            )
+        )
+
     def __enter__(self) -> Population:
         try:
             for n in split(self.shape.threads, self.shape.processes):
@@ -249,27 +322,36 @@ class Population:
                     self._start(["--threads", str(n), "--name", "waker"], "waker")
                 else:
                     self._start(["--threads", str(n)], sys.executable)
-            if self.shape.processes:
+            if self.shape.processes and not self.shape.ranks:
                 duty = ",".join(str(d) for d in TRAINING_BUSY_DUTY)
-                self._start(["--threads", str(TRAINING_THREADS), "--busy-duty", duty], sys.executable)
+                self._start(["--threads", str(TRAINING_THREADS), "--busy-duty", duty, "--runtime"], sys.executable)
+            for _ in range(self.shape.ranks):
+                self._start_rank()
             for proc in self.procs:
                 line = proc.stdout.readline() if proc.stdout else ""
                 if not line:
                     raise StartError(f"workload process {proc.pid} exited with {proc.wait()} before it was ready")
-                self.pids.append(int(json.loads(line)["pid"]))
+                said = json.loads(line)
+                self.pids.append(int(said["pid"]))
+                self.worker_pids += [int(w) for w in said.get("workers", [])]
         except BaseException:
             self.stop()
             raise
-        if self.shape.processes:
+        if self.shape.ranks:
+            self.rank_pids = self.pids[len(self.pids) - self.shape.ranks :]
+            self.pids = self.pids[: len(self.pids) - self.shape.ranks]
+            self.training_pid = self.rank_pids[0]
+        elif self.shape.processes:
             self.training_pid = self.pids.pop()
         return self
 
     def all_pids(self) -> list[int]:
-        return self.pids + ([self.training_pid] if self.training_pid is not None else [])
+        training = self.rank_pids + self.worker_pids if self.rank_pids else [self.training_pid]
+        return self.pids + [p for p in training if p is not None]
 
     def stop(self) -> None:
         for proc in self.procs:
-            proc.kill()
+            proc.kill()  # a rank's workers die with it (PR_SET_PDEATHSIG)
         for proc in self.procs:
             proc.wait()
 
