@@ -22,15 +22,20 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from affmon.core.samples import Sample
+from affmon.export.catalogue import CATALOGUE
 from affmon.export.collector import StateCollector
-from affmon.export.render import BodyReader, Renderer
+from affmon.export.render import BodyReader, Renderer, _Families, _Formatted
 from affmon.export.server import fd_connection_limit
 from affmon.export.service import Exporter
+from affmon.export.shapes import OPENMETRICS_ACCEPT, Shape, shape_of
 from affmon.export.state import ExportState
 from bench.attacks.export_flood import (
+    PROMETHEUS_HEADERS,
     SLOW_REQUEST,
     affmon_export,
     close_all,
@@ -316,22 +321,69 @@ def test_a_burst_of_parallel_scrapes_is_queued_and_answered():
 
 # -- the renderings: exactly prometheus-client's, shared, bounded ------------------------------------
 
-ACCEPTS = ["", "text/plain", "application/openmetrics-text;version=1.0.0", "text/plain;version=1.0.0;escaping=values"]
-ENCODINGS = ["", "gzip", "identity"]
-QUERIES = ["", "name[]=affmon_process_threads", "name[]=affmon_export_samples_total&name[]=affmon_process_info"]
+# What Prometheus 3 sends by default (its scrape protocols, each with its escaping).
+PROMETHEUS_3_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,application/openmetrics-text;"
+    "version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1"
+)
+ACCEPTS = [
+    "",
+    "text/plain",
+    "application/openmetrics-text;version=1.0.0",
+    "text/plain;version=1.0.0;escaping=values",
+    PROMETHEUS_HEADERS["Accept"],
+    PROMETHEUS_3_ACCEPT,
+    "application/openmetrics-text",
+    "application/openmetrics-text;version=0.0.1",
+    "application/openmetrics-text;version=2.0.0;escaping=allow-utf-8",
+    "*/*;q=0.1,application/x-new-1",
+]
+ENCODINGS = ["", "gzip", "identity", "br, gzip;q=0.5"]
+QUERIES = [
+    "",
+    "name[]=affmon_process_threads",
+    "name[]=affmon_export_samples_total&name[]=affmon_process_info",
+    "x=1&name[]=affmon_thread_last_cpu&name[]=affmon_process_threads",
+    "name%5B%5D=affmon_process_threads&name[]=affmon_thread_wait_ratio",
+    "name[]=affmon_process_cpu_seconds",  # a counter's name without _total: no sample of it
+    "name[]=nothing_served",
+    "name[]=",
+    "x=2",
+]
+METHODS = [("GET", "/metrics"), ("GET", "/"), ("GET", "/favicon.ico"), ("OPTIONS", "/metrics"), ("POST", "/metrics")]
 HOSTILE = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=15)
 
 
-def reference(state: ExportState, environ: dict[str, str]) -> tuple[str, bytes]:
+def reference(state: ExportState, environ: dict[str, str]) -> tuple[str, list[tuple[str, str]], bytes]:
+    """prometheus-client's own app's answer, serving every thread."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StateCollector(lambda: state, threads=True))
-    status: list[str] = []
-    body = b"".join(make_wsgi_app(registry)(dict(environ), lambda s, h, e=None: status.append(s)))
-    return status[0], body
+    started: list[tuple[str, list[tuple[str, str]]]] = []
+    body = b"".join(make_wsgi_app(registry)(dict(environ), lambda s, h, e=None: started.append((s, h))))
+    return started[0][0], started[0][1], body
 
 
 def plain(body: bytes) -> bytes:
     return gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body  # gzip stamps the time
+
+
+def media(headers: list[tuple[str, str]]) -> tuple[str, str | None]:
+    """The media type and the content encoding."""
+    found = dict(headers)
+    return found.get("Content-Type", "").split(";")[0], found.get("Content-Encoding")
+
+
+def shape_request(shape: Shape) -> dict[str, str]:
+    """The request prometheus-client's app answers with the shape's body (``name[]=-``: a filter
+    that names nothing served)."""
+    names = ["-"] if shape.names == () else shape.names or []
+    return {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/metrics",
+        "QUERY_STRING": "&".join(f"name[]={name}" for name in names),
+        "HTTP_ACCEPT": OPENMETRICS_ACCEPT if shape.openmetrics else "",
+        "HTTP_ACCEPT_ENCODING": "gzip" if shape.gzip else "",
+    }
 
 
 def named_state(pid: int, name: str) -> ExportState:
@@ -345,33 +397,72 @@ def named_state(pid: int, name: str) -> ExportState:
     steps=st.lists(
         st.one_of(
             st.integers(0, 2).map(lambda i: ("publish", i)),
-            st.tuples(st.just("get"), st.sampled_from(ACCEPTS), st.sampled_from(ENCODINGS), st.sampled_from(QUERIES)),
+            st.tuples(
+                st.just("get"),
+                st.sampled_from(ACCEPTS),
+                st.sampled_from(ENCODINGS),
+                st.sampled_from(QUERIES),
+                st.sampled_from(METHODS),
+            ),
         ),
         min_size=1,
         max_size=25,
     ),
 )
 def test_every_answer_is_prometheus_clients_own_for_the_latest_state(names, steps):
+    """The answer to any request is prometheus-client's answer to it: status and body the same,
+    in the same format and encoding; and it is, to the byte but for gzip's time stamp,
+    prometheus-client's answer to its shape's request, names escaped with underscores."""
     states = [named_state(10 + i, name) for i, name in enumerate(names)]
     current = [states[0]]
-    renderer = Renderer(lambda: current[0], threads=True, shapes=2)
+    renderer = Renderer(lambda: current[0], threads=True, filtered_shapes=2)
     for step_ in steps:
         if step_[0] == "publish":
             current[0] = states[step_[1] % len(states)]
             continue
-        _, accept, encoding, query = step_
+        _, accept, encoding, query, (method, path) = step_
         environ = {
-            "REQUEST_METHOD": "GET",
-            "PATH_INFO": "/metrics",
+            "REQUEST_METHOD": method,
+            "PATH_INFO": path,
             "QUERY_STRING": query,
             "HTTP_ACCEPT": accept,
             "HTTP_ACCEPT_ENCODING": encoding,
         }
         made = renderer.rendering(environ)
-        status, body = reference(current[0], environ)
+        status, headers, body = reference(current[0], environ)
         assert made.status == status and plain(made.body) == plain(body)
+        assert media(made.headers) == media(headers)
         assert ("Content-Length", str(len(made.body))) in made.headers
-        assert len(renderer.cached()) <= 2
+        shape = shape_of(environ, renderer.served_names)
+        if shape is not None:
+            status, headers, body = reference(current[0], shape_request(shape))
+            assert (made.status, plain(made.body)) == (status, plain(body))
+            assert made.headers == [*headers, ("Content-Length", str(len(made.body)))]
+        assert len(renderer.cached()) <= 4 + 2  # the four unfiltered shapes, the last two filters
+
+
+def test_an_accept_header_prometheus_client_cannot_read_is_answered_as_text():
+    """prometheus-client compares the version with (1, 0, 0) and raises on "1.a"."""
+    state = named_state(10, "python3")
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/metrics",
+        "HTTP_ACCEPT": "application/openmetrics-text;version=1.a",
+    }
+    with pytest.raises(TypeError):
+        reference(state, environ)
+    made = Renderer(lambda: state, threads=True).rendering(environ)
+    assert (made.status, made.body) == reference(state, {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics"})[::2]
+
+
+def test_every_name_is_a_legacy_prometheus_name_so_escaping_leaves_it_as_it_is():
+    """The answer's names are escaped with underscores whatever escaping was asked; that escaping
+    changes no legacy name, and every metric and label name affmon serves is one."""
+    legacy_metric = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+    legacy_label = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+    for spec in CATALOGUE:
+        assert legacy_metric.match(spec.name), spec.name
+        assert all(legacy_label.match(label) for label in spec.labels), spec.labels
 
 
 def test_one_render_serves_every_scrape_of_a_state():
@@ -381,6 +472,85 @@ def test_one_render_serves_every_scrape_of_a_state():
     first = renderer.rendering(environ)
     assert all(renderer.rendering(environ) is first for _ in range(50))
     assert renderer.renders_total == 1
+
+
+def test_requests_differing_only_where_the_body_does_not_share_one_body():
+    """New query keys, Accept values and encodings, each asked once: four bodies (two formats,
+    gzip or not), every family formatted once (the second format takes the first's sample
+    lines)."""
+    state = run(sample(0, process(10, thread(10, 100))), sample(1, process(10, thread(10, 200))))
+    renderer = Renderer(lambda: state, threads=True)
+    bodies = set()
+    for n in range(200):
+        environ = {
+            "REQUEST_METHOD": "GET",
+            "PATH_INFO": f"/metrics/{n}",
+            "QUERY_STRING": f"flood={n}&pad={'x' * n}",
+            "HTTP_ACCEPT": ["text/plain;q=0.{n}", "application/openmetrics-text;version=1.0.0;n={n}"][n % 2].format(
+                n=n
+            ),
+            "HTTP_ACCEPT_ENCODING": ["gzip", f"identity;q=0.{n}"][n // 2 % 2],
+        }
+        bodies.add(id(renderer.rendering(environ)))
+    assert len(bodies) == renderer.renders_total == 4
+    assert renderer.formatted_total == len(renderer.served_names)
+    assert renderer.collected_total == 1
+
+
+def test_both_formats_of_a_state_cost_one_collect_and_one_format():
+    """Text first or OpenMetrics first, the second format of a state is made from the first's
+    sample lines: each family is formatted once a state."""
+    states = [
+        run(sample(0, process(10, thread(10, 100))), sample(t, process(10, thread(10, 100 * t)))) for t in (1, 2, 3)
+    ]
+    current = [states[0]]
+    renderer = Renderer(lambda: current[0], threads=True)
+    accepts = ["text/plain", "application/openmetrics-text;version=1.0.0"]
+    for state in states:
+        current[0] = state
+        for accept in accepts:
+            environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "HTTP_ACCEPT": accept}
+            assert renderer.rendering(environ).body == reference(state, environ)[2]
+        accepts.reverse()
+    assert renderer.formatted_total == 3 * len(renderer.served_names)
+    assert renderer.collected_total == 3
+
+
+def test_a_family_whose_lines_differ_between_formats_is_formatted_whole_in_each():
+    """A timestamp (milliseconds in text, seconds in OpenMetrics), a ``_created`` sample (moved
+    to a family of its own in text) and a ``:`` in a name (escaped in one format only) make a
+    family's lines differ: the second format formats it whole. Plain families, escaped help
+    and label values included, take the first format's lines."""
+    stamped = GaugeMetricFamily("stamped", "doc", labels=["a"])
+    stamped.add_metric(["x"], 1.5, timestamp=12.5)
+    created = CounterMetricFamily("made", "doc", labels=["a"])
+    created.add_metric(["x"], 2, created=100.0)
+    colon = GaugeMetricFamily("a:b", "doc", value=2)
+    plain = GaugeMetricFamily("plain", 'd\\oc "q"\nline', labels=["l"])
+    plain.add_metric(['v"\\\n'], 3)
+    metrics = [stamped, created, colon, plain]
+    families = _Families(ExportState(), metrics)
+    assert families.unshared == {0, 1, 2}
+
+    class Registry:
+        def collect(self) -> list:
+            return metrics
+
+    encoders = {False: generate_latest, True: openmetrics_latest}
+    for first in (False, True):
+        second = _Formatted.of(families, first, metrics).other_format()
+        assert second.body == encoders[not first](Registry())
+
+
+def test_new_filters_are_cut_from_the_formatted_families_and_only_the_last_few_kept():
+    state = run(sample(0, process(10, thread(10, 100))), sample(1, process(10, thread(10, 200))))
+    renderer = Renderer(lambda: state, threads=True, filtered_shapes=3)
+    names = sorted(renderer.served_names)
+    for n in range(40):
+        query = f"name[]={names[n % len(names)]}&name[]={names[(3 * n + 1) % len(names)]}"
+        renderer.rendering({"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": query})
+    assert renderer.formatted_total == len(names)  # text only, each family once
+    assert len(renderer.cached()) == 3
 
 
 def test_ipv6_loopback_is_served():

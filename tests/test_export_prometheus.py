@@ -1,6 +1,8 @@
-"""`affmon export` scraped by a real Prometheus server (Debian's `prometheus`; tests/run
-installs it). Both listen on 127.0.0.1 only; Prometheus keeps its data in a temporary
-directory and is killed when the test ends, whatever happens.
+"""`affmon export` scraped by a real Prometheus server: Debian's `prometheus` binary, which
+tests/run unpacks under .cache/prometheus/ without installing the package (installed, it
+starts a service of its own on :9090), else one on PATH. Both listen on 127.0.0.1 only;
+Prometheus keeps its data in a temporary directory and is killed when the test ends,
+whatever happens. A missing binary fails the test: it does not skip.
 
 A process pinned to one CPU with three busy threads is planted; the test waits for
 Prometheus to have scraped its wait ratio and its findings, asserts their values through
@@ -11,6 +13,7 @@ lets the process exit and waits for Prometheus to mark its series stale.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -28,9 +31,21 @@ import pytest
 from affmon.collect.sampler import Sampler, Selection
 from affmon.sources.live import load_topology
 from tests.live import usable_cpus, workload
-from tests.test_export import dashboard_queries, serving, wait_for
+from tests.test_export import dashboard_queries, exposition, recorded, run, serving, wait_for
 
 SCRAPE_INTERVAL = "1s"
+CACHE = Path(__file__).resolve().parent.parent / ".cache" / "prometheus" / "usr" / "bin"  # tests/run's
+
+
+def binary(name: str) -> str:
+    """``name`` (prometheus, promtool) as tests/run unpacked it, else from PATH."""
+    cached = CACHE / name
+    if cached.is_file() and os.access(cached, os.X_OK):
+        return str(cached)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"no {name} in {CACHE} or on PATH: tests/run unpacks Debian's prometheus package there")
+    return found
 
 
 def free_port() -> int:
@@ -63,9 +78,6 @@ def ready(base: str) -> bool:
 @contextmanager
 def prometheus(tmp: Path, target: str) -> Iterator[str]:
     """A Prometheus scraping ``target`` every second; yields its base URL."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("the prometheus binary is missing: apt-get install prometheus (tests/run installs it)")
     config = tmp / "prometheus.yml"
     config.write_text(
         "global:\n"
@@ -81,7 +93,7 @@ def prometheus(tmp: Path, target: str) -> Iterator[str]:
         with log.open("w") as out:
             proc = subprocess.Popen(
                 [
-                    binary,
+                    binary("prometheus"),
                     f"--config.file={config}",
                     f"--storage.tsdb.path={tmp / 'data'}",
                     f"--web.listen-address={base.removeprefix('http://')}",
@@ -157,3 +169,13 @@ def test_prometheus_scrapes_the_wait_ratio_and_findings_of_a_planted_process(tmp
         wait_for(lambda: not query(base, f"affmon_process_threads{selector}"), 10, "the exited process's series")
         assert query(base, f"affmon_finding{selector}") == []
         assert exporter.state.samples_total > 2
+
+
+def test_promtool_finds_nothing_to_lint_in_the_text_exposition():
+    """``promtool check metrics`` (Prometheus's own linter: names, units, counters' ``_total``,
+    help texts) on a recorded H200 job with its GPUs and findings, per-thread series served."""
+    topo, samples = recorded("narrow")
+    text = exposition(run(*samples, topo=topo), threads=True)
+    assert "affmon_thread_cpu_seconds_total" in text and "affmon_finding{" in text
+    checked = subprocess.run([binary("promtool"), "check", "metrics"], input=text, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

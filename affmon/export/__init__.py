@@ -11,7 +11,11 @@ Pure, importing nothing that touches the system or prometheus-client:
 Impure, kept thin:
 
 * ``collector``: hands those families to prometheus-client at scrape time;
-* ``service``: the sampling thread and the HTTP server.
+* ``shapes``: what a request's body depends on (format, gzip, ``name[]``), as
+  prometheus-client's content negotiation reads it;
+* ``render``: each state's bodies, formatted once per family and shared by every request
+  of their shape;
+* ``service`` and ``server``: the sampling thread and the HTTP server.
 """
 
 # Threads given per-thread series by default: 9 series each, about 0.75 MB of text for all

@@ -17,6 +17,10 @@ or keep another client from its answer. Measured in docs/export.md, "The network
   it grows to 4 MiB for a reader that does not read). Request headers are capped at 16 KiB
   and request bodies at 8 KiB, and nothing spills to a temporary file (a read-only root
   may have none).
+* **Pipelining.** At most ``PIPELINED_LIMIT`` requests read ahead on one connection; the
+  next ones are parsed once the answers to those were sent. (waitress answers a connection's
+  requests one at a time, each behind the other connections' next one, but parses every
+  request one 8 KiB read brought: up to about two hundred short ones.)
 * **Queue.** A listen backlog of 1024 (the kernel caps it at ``net.core.somaxconn``), so a
   burst of connections waits in the kernel instead of losing its SYN and retrying a second
   later.
@@ -43,6 +47,7 @@ from waitress import wasyncore
 from waitress.adjustments import Adjustments
 from waitress.buffers import ReadOnlyFileBasedBuffer
 from waitress.channel import HTTPChannel
+from waitress.parser import HTTPRequestParser
 from waitress.server import TcpWSGIServer
 
 from affmon.core.errors import AffmonError
@@ -52,6 +57,7 @@ CONNECTION_LIMIT = 100
 IDLE_TIMEOUT_S = 10
 HELD_BYTES_LIMIT = 64 << 20
 BACKLOG = 1024
+PIPELINED_LIMIT = 4  # requests read ahead on one connection
 SEND_BUFFER = 256 << 10  # per connection (the kernel doubles it for its bookkeeping)
 _LOOP_TIMEOUT_S = 1.0
 
@@ -130,6 +136,11 @@ def _drop(channel: HTTPChannel) -> None:
             channel.socket.shutdown(socket.SHUT_RDWR)
 
 
+def _busy(channel: HTTPChannel) -> bool:
+    """A request in service, or waiting for one ahead of it."""
+    return bool(channel.requests) or bool(getattr(channel, "waiting", b""))
+
+
 def _held_by(channel: HTTPChannel) -> Iterator[Rendering]:
     for buffer in list(channel.outbufs):
         file = getattr(buffer, "file", None) if isinstance(buffer, ReadOnlyFileBasedBuffer) else None
@@ -137,10 +148,54 @@ def _held_by(channel: HTTPChannel) -> Iterator[Rendering]:
             yield file.rendering
 
 
+class _Waiting(HTTPRequestParser):
+    """Stands in for the requests a connection wrote past ``PIPELINED_LIMIT``: keeps their bytes,
+    unparsed and in order, on the connection until the requests ahead are answered."""
+
+    def __init__(self, adj: Adjustments, channel: _BoundedChannel) -> None:
+        super().__init__(adj)
+        self._channel = channel
+
+    def received(self, data: bytes) -> int:
+        self._channel.waiting += data
+        return len(data)
+
+
+class _BoundedChannel(HTTPChannel):
+    """waitress's connection, with at most ``PIPELINED_LIMIT`` requests read ahead. waitress
+    parses every request of what one read brought and reads no more until they are answered;
+    here a request past the limit is not parsed: its bytes wait (at most one read's, 8 KiB)
+    until the answers ahead of it are sent, as the requests still in the kernel do. Every
+    method here runs on the event-loop thread."""
+
+    waiting = b""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # waitress makes each request's parser by calling ``parser_class(adj)``.
+        self.parser_class = cast("type[HTTPRequestParser]", self._parser)
+
+    def _parser(self, adj: Adjustments) -> HTTPRequestParser:
+        if len(self.requests) >= PIPELINED_LIMIT:  # under waitress's lock on the requests
+            return _Waiting(adj, self)
+        return HTTPRequestParser(adj)
+
+    def readable(self) -> bool:
+        """As waitress (when every answer was sent), once the waiting bytes are parsed."""
+        ready = bool(super().readable())
+        if ready and self.waiting:
+            data, self.waiting = self.waiting, b""
+            self.request = None  # the stand-in
+            self.received(data)
+            ready = bool(super().readable())
+        return ready
+
+
 class _BoundedServer(TcpWSGIServer):
     """waitress's TCP server with eviction at the connection limit and a cap on held bodies.
     Every method here runs on the event-loop thread."""
 
+    channel_class = _BoundedChannel
     renderer: Renderer
     held_bytes_limit: int
     evicted_total = 0
@@ -154,7 +209,7 @@ class _BoundedServer(TcpWSGIServer):
     def _evictable(self) -> HTTPChannel | None:
         """The connection quiet longest: no request in service and no byte waiting unread (a
         request that arrived since the last poll is not quiet)."""
-        quiet = sorted((c for c in self._open() if not c.requests), key=lambda c: c.last_activity)
+        quiet = sorted((c for c in self._open() if not _busy(c)), key=lambda c: c.last_activity)
         return next((c for c in quiet if not _unread(c)), None)
 
     def _room(self) -> bool:
@@ -182,7 +237,7 @@ class _BoundedServer(TcpWSGIServer):
         request in service), stalled readers included."""
         cutoff = now - self.adj.channel_timeout
         for channel in self._open():
-            if not channel.requests and channel.last_activity < cutoff:
+            if not _busy(channel) and channel.last_activity < cutoff:
                 _drop(channel)
 
     def set_socket_options(self, conn: socket.socket) -> None:

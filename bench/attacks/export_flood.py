@@ -1,4 +1,4 @@
-"""`affmon export` under three network attacks, on loopback only: what a normal scrape and the
+"""`affmon export` under five network attacks, on loopback only: what a normal scrape and the
 sampler see meanwhile.
 
 Starts a workload with many threads (``tests/workload.py --sleepers N``: a large ``--threads``
@@ -12,18 +12,36 @@ connection, listen backlog 5), as the exporter was served before. Then, for each
   in flight, refused ones again, for up to 25 s), then held for ``--seconds``;
 * ``slow``: ``--slow`` clients that ask for the uncompressed ``--threads`` body with a 4 KiB
   receive buffer and never read it, held for ``--seconds``;
-* ``parallel``: ``--parallel`` threads scraping in a loop for ``--seconds``.
+* ``parallel``: ``--parallel`` threads scraping in a loop for ``--seconds``;
+* ``shapes``: ``--shapes`` keep-alive connections, each sending, one after the other, requests
+  of shapes never sent before (``shape_request``: a new query string and ``Accept`` value on
+  every request, gzip on every other, a 12 KiB URL on every fifth, a new ``name[]`` filter on
+  every third), from a process of its own, for ``--seconds``;
+* ``pipelined``: the same from ``--pipelined`` connections, each writing ``--pipeline``
+  requests at once before reading their answers.
+
+The new shapes' ``Accept`` values are answered as text or OpenMetrics (``SHAPE_ACCEPTS``);
+with ``--text-accepts``, as text only (``TEXT_ACCEPTS``): the flood then makes none of the
+bodies the normal scrape is sent.
 
 Meanwhile a process of its own scrapes as Prometheus does (its Accept and Accept-Encoding
-headers, gzip) every 0.25 s with a 5 s timeout, and reads the exporter's RSS and open
-descriptors every 0.1 s. One table row per attack (markdown): normal scrapes (count,
+headers, gzip) every ``--scrape-every`` seconds (0.25) with a 5 s timeout, and reads the
+exporter's RSS and open descriptors every 0.1 s. One table row per attack (markdown): normal scrapes (count,
 median, max, how many took over 1 s, how many failed), the same for the parallel loops'
 answers, the exporter's largest RSS and descriptor count, the samples it took during the
-attack and ``affmon_export_sample_errors_total`` after it. Connections go to 127.0.0.1
-only; everything stops by itself.
+attack and ``affmon_export_sample_errors_total`` after it (for ``shapes`` and
+``pipelined`` the loops' column holds the flood's 200 answers and its requests left
+unanswered). Then, per attack, the normal scrape's median under it against its median with
+no attack, as a ratio. Connections go to 127.0.0.1 only; everything stops by itself.
 
-Run: ``python -m bench.attacks.export_flood [--server both] [--attacks idle,slow,parallel]
-[--seconds 10] [--sleepers 2000] [--nofile 1024]``.
+With ``--rounds R`` the sequence (no attack, then each attack) runs R times, so that load
+from elsewhere on the machine weighs on each alike; the ratios pool the rounds' scrapes.
+``--costs THREADS`` prints instead the CPU each step of a body costs (collect, format, the
+other format made from it, gzip) on a state of hand-made samples.
+
+Run: ``python -m bench.attacks.export_flood [--server both]
+[--attacks idle,slow,parallel,shapes,pipelined] [--seconds 10] [--sleepers 2000] [--nofile 1024]
+[--interval 1] [--scrape-every 0.25] [--text-accepts] [--rounds 1] [--costs THREADS]``.
 """
 
 from __future__ import annotations
@@ -32,9 +50,11 @@ import argparse
 import contextlib
 import gzip
 import http.client
+import itertools
 import multiprocessing
 import multiprocessing.connection
 import os
+import random
 import re
 import resource
 import select
@@ -51,6 +71,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -156,6 +177,150 @@ def connect_many(
 def close_all(socks: list[socket.socket]) -> None:
     for s in socks:
         s.close()
+
+
+# -- the shape flood: requests that differ where the body does not --------------------------------
+
+# Accept values never sent before (``{n}``): prometheus-client answers each of them in one of two
+# formats, text or OpenMetrics.
+SHAPE_ACCEPTS = (
+    "text/plain;q=0.{n}",
+    "application/openmetrics-text;version=1.0.0;flood={n}",
+    "application/x-flood-{n}",
+    PROMETHEUS_HEADERS["Accept"] + ",application/x-flood-{n};q=0.01",
+)
+# Accept values never sent before that prometheus-client answers in text only (an OpenMetrics
+# version below 1.0.0 is passed over): a flood of them makes nothing a Prometheus scrape is sent.
+TEXT_ACCEPTS = (
+    "text/plain;q=0.{n}",
+    "application/x-flood-{n}",
+    "application/openmetrics-text;version=0.0.{n}",
+    "*/*;flood={n}",
+)
+LONG_URL_BYTES = 12 << 10  # under the server's 16 KiB cap on request headers
+
+
+def _sample_names() -> list[str]:
+    from affmon.export.catalogue import CATALOGUE
+
+    return [spec.name for spec in CATALOGUE]
+
+
+def shape_request(n: int, names: list[str], accepts: tuple[str, ...] = SHAPE_ACCEPTS) -> bytes:
+    """The ``n``-th request of the shape flood: a query string and an ``Accept`` value (one of
+    ``accepts``) never sent before, gzip every other request, a 12 KiB URL every fifth, and
+    every third a new ``name[]`` filter (2 to 6 of ``names``, the thread families among them)."""
+    query = f"flood={n}"
+    if n % 3 == 0:
+        chosen = random.Random(n).sample(names, random.Random(-n).randint(2, 6))
+        query += "".join(f"&name[]={name}" for name in chosen)
+    if n % 5 == 0:
+        query += "&pad=" + "x" * LONG_URL_BYTES
+    accept = accepts[n % len(accepts)].format(n=n)
+    encoding = "gzip" if n % 2 else f"identity;q=0.{n}"
+    return (
+        f"GET /metrics?{query} HTTP/1.1\r\nHost: {LOOPBACK}\r\nAccept: {accept}\r\nAccept-Encoding: {encoding}\r\n\r\n"
+    ).encode()
+
+
+def read_answer(answers: BinaryIO) -> int | None:
+    """Read one HTTP answer (its body by Content-Length); its status, or None at the end of the
+    connection."""
+    status_line = answers.readline()
+    if not status_line:
+        return None
+    length = 0
+    while (line := answers.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    body = answers.read(length)
+    return int(status_line.split()[1]) if len(body) == length else None
+
+
+@dataclass
+class Flooded:
+    answered: int  # 200 answers
+    failed: int  # requests that got no 200 answer (cut off by a closed connection, or refused)
+    connections: int  # connections opened
+
+
+def _flood(port: int, connections: int, pipeline: int, accepts: tuple[str, ...], stop: threading.Event) -> Flooded:
+    """``connections`` threads, each on a keep-alive connection writing ``pipeline`` requests of
+    the shape flood at a time and reading their answers, until ``stop`` (the answers still
+    awaited then are counted neither way); a connection the server closes is opened again."""
+    names = _sample_names()
+    totals = Flooded(0, 0, 0)
+    lock = threading.Lock()
+    counter = itertools.count(random.randrange(10**9))  # never a request an earlier flood sent
+
+    def count(answered: int = 0, failed: int = 0, opened: int = 0) -> None:
+        with lock:
+            totals.answered += answered
+            totals.failed += failed
+            totals.connections += opened
+
+    def loop() -> None:
+        while not stop.is_set():
+            count(opened=1)
+            try:
+                with socket.create_connection((LOOPBACK, port), timeout=10) as conn, conn.makefile("rb") as answers:
+                    while not stop.is_set():
+                        conn.sendall(b"".join(shape_request(next(counter), names, accepts) for _ in range(pipeline)))
+                        got = 0
+                        while got < pipeline and not stop.is_set() and read_answer(answers) == 200:
+                            got += 1
+                            count(answered=1)
+                        if got < pipeline and not stop.is_set():
+                            count(failed=pipeline - got)
+                            break  # closed by the server: a new connection
+            except OSError:  # refused, reset, or no answer for 10 s
+                if not stop.is_set():
+                    count(failed=1)
+
+    workers = [threading.Thread(target=loop) for _ in range(connections)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return totals
+
+
+def _flood_process(
+    port: int,
+    connections: int,
+    pipeline: int,
+    accepts: tuple[str, ...],
+    nice: int,
+    stop: threading.Event,
+    out: multiprocessing.connection.Connection,
+) -> None:
+    os.nice(nice)
+    out.send(_flood(port, connections, pipeline, accepts, stop))
+
+
+@contextlib.contextmanager
+def shape_flood(
+    port: int, connections: int, pipeline: int = 1, accepts: tuple[str, ...] = SHAPE_ACCEPTS, nice: int = 0
+) -> Iterator[list[Flooded]]:
+    """The shape flood on 127.0.0.1:``port`` from a process of its own (its threads share no
+    interpreter lock with the server or the scraper; ``nice`` added to its niceness) while the
+    block runs; what it got is appended to the yielded list when the block ends."""
+    ctx = multiprocessing.get_context("fork")
+    stop = ctx.Event()
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_flood_process, args=(port, connections, pipeline, accepts, nice, stop, send))
+    proc.start()
+    result: list[Flooded] = []
+    try:
+        yield result
+    finally:
+        stop.set()
+        if receive.poll(30):
+            result.append(receive.recv())
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
 
 
 @contextlib.contextmanager
@@ -267,7 +432,9 @@ class Watched:
     fds_max: int
 
 
-def _watch(url: str, pid: int, stop: threading.Event, out: multiprocessing.connection.Connection) -> None:
+def _watch(
+    url: str, pid: int, every_s: float, stop: threading.Event, out: multiprocessing.connection.Connection
+) -> None:
     """In a process of its own, so that the attacker's threads do not delay its scrapes."""
     latencies: list[float] = []
     failed = [0]
@@ -289,19 +456,19 @@ def _watch(url: str, pid: int, stop: threading.Event, out: multiprocessing.conne
         latencies.append(took)
         if text is None or "affmon_export_samples_total" not in text:
             failed[0] += 1
-        stop.wait(0.25)
+        stop.wait(every_s)
     done.set()
     reader.join()
     out.send((latencies, failed[0], rss_max[0], fds_max[0]))
 
 
 @contextlib.contextmanager
-def watching(url: str, pid: int) -> Iterator[list[Watched]]:
-    """Normal scrapes (every 0.25 s) and the exporter's largest RSS while the block runs."""
+def watching(url: str, pid: int, every_s: float = 0.25) -> Iterator[list[Watched]]:
+    """Normal scrapes (one every ``every_s``) and the exporter's largest RSS while the block runs."""
     ctx = multiprocessing.get_context("fork")
     stop = ctx.Event()
     receive, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_watch, args=(url, pid, stop, send))
+    proc = ctx.Process(target=_watch, args=(url, pid, every_s, stop, send))
     proc.start()
     result: list[Watched] = []
     try:
@@ -358,10 +525,12 @@ def counters(url: str) -> tuple[float, float]:
 def run_attacks(server: str, a: argparse.Namespace, pid: int) -> list[str]:
     make = affmon_export if server == "new" else old_export
     rows: list[str] = []
+    latencies: dict[str, list[float]] = {}  # the normal scrapes' seconds, by attack, over the rounds
     with exporter(make(pid, interval_s=a.interval), nofile=a.nofile) as ex:
         time.sleep(2 * a.interval + 1)
         _, text = scrape(ex.url, headers={})
         print(f"{server}: the uncompressed --threads body is {len(text or '') / 1e6:.1f} MB", flush=True)
+        accepts, text = (TEXT_ACCEPTS, ", text") if a.text_accepts else (SHAPE_ACCEPTS, "")
         attacks: dict[str, tuple[str, Callable[[], object]]] = {
             "none": ("none", lambda: time.sleep(a.seconds / 2)),
             "idle": (f"{a.idle} idle", lambda: hold(connect_many(ex.port, a.idle), a.seconds)),
@@ -370,10 +539,16 @@ def run_attacks(server: str, a: argparse.Namespace, pid: int) -> list[str]:
                 lambda: hold(connect_many(ex.port, a.slow, rcvbuf=4096, request=SLOW_REQUEST), a.seconds),
             ),
             "parallel": (f"{a.parallel} parallel", lambda: parallel_loops(ex.port, a.parallel, a.seconds)),
+            "shapes": (f"{a.shapes} new shapes{text}", lambda: flood_for(ex.port, a.shapes, 1, accepts, a.seconds)),
+            "pipelined": (
+                f"{a.pipelined} pipelining {a.pipeline}{text}",
+                lambda: flood_for(ex.port, a.pipelined, a.pipeline, accepts, a.seconds),
+            ),
         }
-        for name, attack in (attacks[key] for key in ["none", *a.attacks.split(",")]):
+        order = ["none", *a.attacks.split(",")] * a.rounds
+        for name, attack in (attacks[key] for key in order):
             samples_before, _ = counters(ex.url)
-            with watching(ex.url, ex.proc.pid) as watched:
+            with watching(ex.url, ex.proc.pid, a.scrape_every) as watched:
                 outcome = attack()
             (watch,) = watched
             samples_after, errors = counters(ex.url)
@@ -381,6 +556,9 @@ def run_attacks(server: str, a: argparse.Namespace, pid: int) -> list[str]:
             if isinstance(outcome, list):
                 answered = [t for t in outcome if t is not None]
                 loops = summary(answered, len(outcome) - len(answered))
+            if isinstance(outcome, Flooded):
+                loops = f"{outcome.answered} / - / - / - / {outcome.failed}"
+            latencies.setdefault(name, []).extend(watch.latencies_s)
             if isinstance(outcome, int):
                 name += f" ({outcome} connected)"
             normal = summary(watch.latencies_s, watch.failed)
@@ -390,7 +568,22 @@ def run_attacks(server: str, a: argparse.Namespace, pid: int) -> list[str]:
             )
             print(rows[-1], flush=True)
             time.sleep(2)  # let the server close what the attack left
+    medians = {name: statistics.median(took) for name, took in latencies.items() if took}
+    alone = medians.get("none")
+    for name, median in medians.items():
+        if alone and name != "none":
+            print(
+                f"{server}: normal scrape median {alone * 1000:.0f} ms alone, {median * 1000:.0f} ms under"
+                f" {name}: {median / alone:.2f}x ({len(latencies[name])} scrapes, {a.rounds} round(s))",
+                flush=True,
+            )
     return rows
+
+
+def flood_for(port: int, connections: int, pipeline: int, accepts: tuple[str, ...], seconds: float) -> Flooded:
+    with shape_flood(port, connections, pipeline, accepts) as flooded:
+        time.sleep(seconds)
+    return flooded[0] if flooded else Flooded(0, 0, 0)
 
 
 def hold(socks: list[socket.socket], seconds: float) -> int:
@@ -427,23 +620,83 @@ def serve_old(a: argparse.Namespace) -> int:
     return 0
 
 
+def costs(threads: int, repeats: int = 5) -> None:
+    """The CPU each step of a body costs, on a state of hand-made samples of one process of
+    ``threads`` threads, every one served: the median of ``repeats``."""
+    from affmon.export.collector import StateCollector
+    from affmon.export.render import _Families, _Formatted
+    from tests.test_export import process, run, sample, thread
+
+    def one(t: int) -> object:
+        return sample(t, process(10, *(thread(10 + i, 100 * t + i, 5 * t) for i in range(threads))))
+
+    state = run(one(1), one(2))
+
+    def cpu_ms(step: Callable[[], object]) -> tuple[float, object]:
+        took = []
+        for _ in range(repeats):
+            started = time.process_time()
+            made = step()
+            took.append(time.process_time() - started)
+        return statistics.median(took) * 1000, made
+
+    collect_ms, metrics = cpu_ms(
+        lambda: list(StateCollector(lambda: state, threads=True, max_threads=threads).collect())
+    )
+    assert isinstance(metrics, list)
+    families = _Families(state, metrics)
+    for openmetrics in (False, True):
+        format_ms, first = cpu_ms(lambda om=openmetrics: _Formatted.of(families, om, metrics))
+        assert isinstance(first, _Formatted)
+        other_ms, _ = cpu_ms(first.other_format)
+        gzip_ms, _ = cpu_ms(lambda body=first.body: gzip.compress(body))
+        print(
+            f"{threads} threads, {'OpenMetrics' if openmetrics else 'text'} first: collect {collect_ms:.0f} ms,"
+            f" format {format_ms:.0f} ms, the other format from it {other_ms:.1f} ms, gzip {gzip_ms:.0f} ms"
+            f" (CPU, median of {repeats}); body {len(first.body) / 1e6:.2f} MB"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server", choices=["new", "old", "both"], default="both")
-    ap.add_argument("--attacks", default="idle,slow,parallel", help="which, in order (comma-separated)")
+    ap.add_argument(
+        "--attacks", default="idle,slow,parallel,shapes,pipelined", help="which, in order (comma-separated)"
+    )
     ap.add_argument("--seconds", type=float, default=10.0, help="each attack's length")
     ap.add_argument("--idle", type=int, default=1024)
     ap.add_argument("--slow", type=int, default=150)
     ap.add_argument("--parallel", type=int, default=50)
+    ap.add_argument("--shapes", type=int, default=4, help="connections sending requests of new shapes")
+    ap.add_argument("--pipelined", type=int, default=20, help="connections pipelining requests of new shapes")
+    ap.add_argument("--pipeline", type=int, default=32, help="requests each of those writes at once")
+    ap.add_argument(
+        "--text-accepts", action="store_true", help="new shapes' Accept values all answered as text (TEXT_ACCEPTS)"
+    )
     ap.add_argument("--sleepers", type=int, default=2000, help="threads of the watched workload")
     ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--scrape-every", type=float, default=0.25, help="seconds between normal scrapes")
     ap.add_argument("--nofile", type=int, default=1024, help="the exporter's soft limit on open files")
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="times the sequence (no attack, then each attack) is run, taking turns"
+    )
+    ap.add_argument("--costs", type=int, metavar="THREADS", help="print what each step of a body costs, and stop")
     ap.add_argument("--serve-old", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--pid", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--threads", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve_old:
         return serve_old(a)
+    unknown = set(a.attacks.split(",")) - {"idle", "slow", "parallel", "shapes", "pipelined"}
+    if unknown:
+        ap.error(f"--attacks: no attack {', '.join(sorted(unknown))} (idle, slow, parallel, shapes, pipelined)")
+    if a.rounds < 1:
+        ap.error("--rounds: at least one")
+    if a.costs is not None:
+        if a.costs < 1:
+            ap.error("--costs: at least one thread")
+        costs(a.costs)
+        return 0
 
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; exporter's soft RLIMIT_NOFILE {a.nofile};"
