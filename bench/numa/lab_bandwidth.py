@@ -4,7 +4,8 @@ bandwidth``, on the two-node shape).
 
 A child first-touches ``MIB`` MiB on node 0 with its threads there, then copies it in
 16 MiB pieces into a buffer it allocated once (``memcpy`` through a memoryview: no page
-is faulted in while it measures), printing GB/s every half second. Phases, each
+is faulted in while it measures), printing GB/s every half second with the time the
+reading ended (the guest's monotonic clock, which this process reads too). Phases, each
 ``seconds`` long:
 
 1. ``local`` (first round only): threads and memory on node 0;
@@ -51,23 +52,33 @@ while True:
         for offset in range(0, size, piece):
             out[:] = view[offset:offset + piece]
             done += piece
-    print(done / (time.perf_counter() - t0) / 1e9, flush=True)
+    print(time.monotonic(), done / (time.perf_counter() - t0) / 1e9, flush=True)
 """
 
 NODE_CPUS = {0: "0-1", 1: "2-3"}
 
 
 def _phase(child: subprocess.Popen[str], name: str, seconds: float, extra: dict[str, Any]) -> dict[str, Any]:
+    """The readings that began after the phase began (the pin before it is over): those
+    made while affmon ran, still in the pipe, and the one that straddles the change are
+    left out."""
     assert child.stdout is not None
-    child.stdout.readline()  # a reading that straddles the change
-    rates = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        rates.append(float(child.stdout.readline()))
+    begin = time.monotonic() + 0.5  # a reading ends 0.5 s after it began
+    end = begin + seconds
+    rates, dropped = [], 0
+    while True:
+        ended_at, rate = (float(x) for x in child.stdout.readline().split())
+        if ended_at > end:
+            break
+        if ended_at > begin:
+            rates.append(rate)
+        else:
+            dropped += 1
     return {
         "phase": name,
         "gb_per_s": round(statistics.median(rates), 3),
         "readings": len(rates),
+        "readings_dropped": dropped,
         "numa_maps": numa_maps_bytes(child.pid),
         **extra,
     }

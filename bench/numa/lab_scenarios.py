@@ -1,5 +1,5 @@
 """The NUMA lab's benchmark: what does not fit in CI, run in QEMU guests with real
-multi-node kernels (``bench/numa/vm.py``), printed as the tables of docs/validation.md::
+multi-node kernels (``bench/numa/vm.py``), printed as the tables of docs/numa-lab.md::
 
     python -m bench.numa.lab_scenarios                      # everything, about 15 minutes
     python -m bench.numa.lab_scenarios --parts boot,ranks --out /tmp/lab
