@@ -203,6 +203,7 @@ def test_every_topology_gets_a_sound_plan(load: Callable[[str], Topology], key: 
         cores=reversed(topology.cores),
         l3_groups=reversed(topology.l3_groups),
         gpus=reversed(topology.gpus),
+        node_distances=topology.node_distances,
     )
     assert plan_machine(shuffled, ranks_per_gpu) == machine == plan_machine(topology, ranks_per_gpu)
 

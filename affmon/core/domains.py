@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from affmon.core.cpuset import EMPTY, CpuSet, format_cpulist
 from affmon.core.fmt import term_safe
-from affmon.core.topology import Topology, normalize_bus_id
+from affmon.core.topology import NumaNode, Topology, normalize_bus_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +82,15 @@ def gpu_domain(topology: Topology, bus_id: str, allowed: CpuSet) -> Domain:
     reason = f"GPU {shown} is local to {where}."
     pool = cpus & allowed
     if not pool:
+        nearest = None if node_id is None else topology.nearest_cpu_node(node_id, within=allowed)
+        if node_id is not None and nearest is not None:  # the distances choose among the nodes it may use
+            near = (topology.node(nearest) or NumaNode(nearest, EMPTY)).cpus & allowed & online
+            warning = (
+                f"None of GPU {shown}'s local CPUs is allowed here (allowed: {fmt_cpus(allowed)}): planning on "
+                f"NUMA node {nearest} (CPUs {fmt_cpus(near)}), the nearest to its node {node_id} that it may use "
+                f"(distance {topology.distance(node_id, nearest)} against {topology.distance(node_id, node_id)})."
+            )
+            return Domain(near, f"NUMA node {nearest} (its allowed part)", nearest, False, (reason,), (warning,))
         warning = (
             f"None of GPU {shown}'s local CPUs is allowed here (allowed: {fmt_cpus(allowed)}), "
             f"so it cannot run near its GPU: planning within {fallback}."

@@ -224,12 +224,30 @@ class Topology:
         A reported node that is memory-only is the GPU's own memory (NVML's
         ``nvmlDeviceGetNumaNodeId`` on Grace Hopper names it, and POWER9's GPU memory
         nodes are such nodes): the answer is then the node holding all of the GPU's
-        local CPUs (its CPU affinity), None when they span nodes or are unknown. Any
+        local CPUs (its CPU affinity); where they span nodes or are unknown, the node with
+        CPUs nearest to it by the distance matrix (``nearest_cpu_node``); else None. Any
         other reported node, or None (unknown: never guessed), is kept as it is."""
         node = None if reported is None else self.node(reported)
         if node is None or not node.memory_only:
             return reported
-        return None if local_cpus is None else self.home_node_of(local_cpus & self.online_cpus)
+        home = None if local_cpus is None else self.home_node_of(local_cpus & self.online_cpus)
+        return home if home is not None else self.nearest_cpu_node(node.id)
+
+    def nearest_cpu_node(self, node_id: int, within: CpuSet | None = None) -> int | None:
+        """The node with CPUs (online, and in ``within`` where given) nearest to
+        ``node_id`` by the distance matrix, itself excluded; None when the distances are
+        unknown or two such nodes are equally near (no guess between them)."""
+        order = self.nodes_by_distance(node_id)
+        if order is None:
+            return None
+        pool = self.online_cpus if within is None else self.online_cpus & within
+        nodes = (self.node(i) for i in order if i != node_id)
+        usable = [n.id for n in nodes if n is not None and n.cpus & pool]
+        if not usable:
+            return None
+        if len(usable) > 1 and self.distance(node_id, usable[0]) == self.distance(node_id, usable[1]):
+            return None
+        return usable[0]
 
     def node(self, node_id: int) -> NumaNode | None:
         return next((n for n in self.numa_nodes if n.id == node_id), None)
