@@ -277,12 +277,14 @@ class Renderer:
                 if not maker.users:
                     del self._makers[shape]
 
-    def _formatted_for(self, openmetrics: bool, state: ExportState) -> _Formatted:
-        """``state``'s families in that format, made now if they were not (under the render
-        lock: collecting and formatting hold the interpreter lock, so two at once take as
-        long): from the other format's where it was made for the state, else collected and
-        formatted."""
+    def _formatted_for(self, openmetrics: bool) -> _Formatted:
+        """The latest state's families in that format, made now if they were not (under the
+        render lock: collecting and formatting hold the interpreter lock, so two at once take
+        as long): from the other format's where it was made for the state, else collected
+        and formatted. The state is read under the lock, so a request that waited for it while
+        a newer state was made is sent that one: no state is formatted after a newer one."""
         with self._render_lock:
+            state = self._latest()
             done = self._formatted.get(openmetrics)
             if done is not None and done.state is state:
                 return done
@@ -301,8 +303,8 @@ class Renderer:
                 self._formatted[not openmetrics] = other
             return done
 
-    def _make(self, shape: Shape, state: ExportState) -> Rendering:
-        formatted = self._formatted_for(shape.openmetrics, state)
+    def _make(self, shape: Shape) -> Rendering:
+        formatted = self._formatted_for(shape.openmetrics)
         body = formatted.body if shape.names is None else b"".join(formatted.filtered(shape.names))
         headers = [("Content-Type", _OPENMETRICS_TYPE if shape.openmetrics else _TEXT_TYPE)]
         if shape.gzip:
@@ -339,7 +341,7 @@ class Renderer:
                 hit = self._cache.get(shape)
             if hit is not None and (hit.state is state or hit.made_s >= arrived_s):
                 return hit
-            made = self._make(shape, state)
+            made = self._make(shape)
             with self._books_lock:
                 self.renders_total += 1
                 self._keep(shape, made)
