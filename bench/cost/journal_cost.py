@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -205,6 +206,7 @@ def main() -> int:
         for child in (small, job):
             child.kill()
             child.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
