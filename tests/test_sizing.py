@@ -351,7 +351,7 @@ def test_a_monitor_gets_its_cpu_findings_but_is_no_rank():
     assert not any("rank" in f.message or "training" in f.message for f in found)
     findings, last = diagnose(samples_of(specs), topology, {})
     text = findings_text(findings, last, 3)
-    assert text.splitlines()[0] == "watched 1 training job (1 processes), and 1 other watched process over 3 intervals"
+    assert text.splitlines()[0] == "watched 1 training job (1 process), and 1 other watched process over 3 intervals"
     rank = suggest_for_job(jobs[100], window[-1], window=window)
     assert not any("training process" in line and "150" in line for line in (*rank.reasons, *rank.warnings))
 

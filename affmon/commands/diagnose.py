@@ -13,6 +13,7 @@ from affmon.collect.sampler import Selection
 from affmon.commands.report import loop_text
 from affmon.core import tick
 from affmon.core.advice import attach_suggestions
+from affmon.core.domains import plural
 from affmon.core.errors import SourceError
 from affmon.core.findings import ExpectedMasks, Finding, Severity, exit_status, find_jobs
 from affmon.core.fmt import term_safe
@@ -64,7 +65,7 @@ def findings_text(findings: list[Finding], snap: Snapshot, intervals: int, *, pa
     also = f", and {others} other watched process{'es' if others != 1 else ''}" if others else ""
     lines = [
         f"watched {len(jobs)} training job{'s' if len(jobs) != 1 else ''} "
-        f"({sum(len(j.members) for j in jobs)} processes){also} over {intervals} intervals"
+        f"({plural(sum(len(j.members) for j in jobs), 'process')}){also} over {plural(intervals, 'interval')}"
     ]
     if not findings:
         seen = " as far as affmon can see (other users' processes are hidden)" if partial else ""

@@ -287,6 +287,7 @@ class PinProposal:
     # Why the pin would change nothing (every thread already has the suggested CPUs and
     # nothing can move off them): ``r`` then offers no pin and names the findings' remedies.
     no_change: str | None = None
+    training: bool = True  # ``Job.training``: a training job, else a watched process
 
     def moved_to(self, o: Occupant, allowed: CpuSet) -> CpuSet:
         """The CPUs isolation leaves ``o``: its mask without the suggestion's CPUs, or, when
@@ -345,6 +346,7 @@ def propose_pin(
         name=job.root.sample.name,
         current_mask=main.allowed_cpus if main else None,
         children=tuple(m.sample.pid for m in job.members if m is not job.root),
+        training=job.training,
         suggestion=suggestion,
         move_off=move_off,
         start_ticks=job.root.sample.start_ticks,

@@ -204,8 +204,10 @@ def gpu_indexes(topology: Topology) -> dict[str, int]:
 
 
 def plural(count: int, word: str) -> str:
-    """``1 core``, ``2 cores``."""
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+    """``1 core``, ``2 cores``; ``2 processes``."""
+    if count == 1:
+        return f"{count} {word}"
+    return f"{count} {word}es" if word.endswith(("s", "sh", "ch", "x")) else f"{count} {word}s"
 
 
 def fmt_cpus(cpus: Iterable[int]) -> str:

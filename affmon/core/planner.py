@@ -114,6 +114,9 @@ class Suggestion:
     reasons: tuple[str, ...]
     warnings: tuple[str, ...]
     move_off: tuple[int, ...]  # pids whose busy threads run on `cpus` and would have to move off
+    # pids whose busy threads run on `cpus` with nowhere else to go (the suggestion holds
+    # every CPU the process may use): isolation cannot move them
+    stuck: tuple[int, ...] = ()
 
 
 def plan_machine(topology: Topology, ranks_per_gpu: int = 1, gpus: Iterable[str] | None = None) -> MachinePlan:
@@ -379,13 +382,14 @@ def suggest(
         warnings.append(f"Its busy threads want {demand_cpus:.1f} CPUs but the suggestion has only {len(cpus)}.")
     movers = [o for o in busy if o.cpus & cpus]
     move_off = tuple(sorted({o.pid for o in movers}))
+    stuck: tuple[int, ...] = ()
     if move_off and allowed <= cpus:
         # Every CPU it may use is in the suggestion: there is nowhere to move the others to.
         warnings.append(
             f"Other busy processes ({', '.join(map(str, move_off))}) share CPUs {fmt_cpus(cpus)}, every CPU it may "
             "use: there is nowhere to move them, so isolation cannot help here."
         )
-        move_off = ()
+        stuck, move_off = move_off, ()
     elif move_off:
         named = ", ".join(
             f"{o.pid} ({term_safe(o.name)}, {o.cpu_percent:.0f}%)" for o in sorted(movers, key=lambda o: o.pid)
@@ -401,6 +405,7 @@ def suggest(
         reasons=tuple(reasons),
         warnings=tuple(dict.fromkeys(warnings)),
         move_off=move_off,
+        stuck=stuck,
     )
 
 

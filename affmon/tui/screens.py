@@ -37,7 +37,15 @@ def proposal_text(
     out = Text()
     out.append(f"Re-pin {pr.pid} {fmt.term_safe(pr.name)}", style="bold")
     if pr.children:
-        out.append(f" (a training rank with {len(pr.children)} workers)", style=p.muted)
+        n = len(pr.children)
+        said = (
+            f"a training rank with {n} worker{'s' if n != 1 else ''}"
+            if pr.training
+            else f"a watched process, not training, with {n} child process{'es' if n != 1 else ''}"
+        )
+        out.append(f" ({said})", style=p.muted)
+    elif not pr.training:
+        out.append(" (a watched process, not training)", style=p.muted)
     out.append("\n\n")
     out.append("current mask   ", style=p.muted)
     out.append(fmt.cpus(pr.current_mask) + "\n")
@@ -62,6 +70,12 @@ def proposal_text(
             )
         if len(pr.move_off) > 8:
             out.append(f"        and {len(pr.move_off) - 8} more\n", style=p.muted)
+    elif s.stuck:
+        # Others are there, but the suggestion is every CPU they may move to: say that, not "nothing".
+        stuck = ", ".join(map(str, s.stuck[:8])) + (" …" if len(s.stuck) > 8 else "")
+        out.append(
+            f"       nobody to move: the busy processes there ({stuck}) have nowhere else to go\n", style=p.muted
+        )
     else:
         out.append("       nothing else busy runs on those CPUs\n", style=p.muted)
     box = "[x]" if move_memory else "[ ]"

@@ -201,6 +201,9 @@ class View:
     process_history: Mapping[int, ProcessHistory]
     snapshot: Snapshot
     measured: bool = True  # False: one sample only (``Monitor.first_look``), every rate unknown
+    # The jobs that are training jobs (``Job.training``, the one definition ``diagnose``,
+    # the planner and the exporter use); the other roots are watched processes.
+    training_jobs: frozenset[int] = frozenset()
 
     def process(self, pid: int) -> ProcessRow | None:
         return next((p for p in self.processes if p.pid == pid), None)

@@ -79,8 +79,11 @@ def core_map_lines(
     selected: ProcessRow | None,
     width: int,
     measured: bool = True,
+    training: frozenset[int] | None = None,
 ) -> list[Text]:
-    """The map line by line (each cut with an ellipsis where the pane is narrower)."""
+    """The map line by line (each cut with an ellipsis where the pane is narrower). The
+    legend calls a root in ``training`` a job, any other a process (a watched process that
+    is not training, as ``diagnose`` and the table say); None: every root a job."""
     per_line = max(1, width // CELL_WIDTH)
     selected_cpus = selected.ran_on_cpus if selected is not None else frozenset()
     local = set(selected.gpus) if selected is not None and selected.gpus else None
@@ -102,7 +105,8 @@ def core_map_lines(
             line.append_text(cell_text(c, p, job_colors, selected, selected_cpus, local, measured))
     new_line()
     legend: list[list[tuple[str, str]]] = [
-        [("▆", color), (f" job {pid}", p.muted)] for pid, color in job_colors.items()
+        [("▆", color), (f" {'job' if training is None or pid in training else 'process'} {pid}", p.muted)]
+        for pid, color in job_colors.items()
     ]
     legend += [
         [("▆", p.shared), (" shared", p.muted)],
@@ -133,10 +137,11 @@ def core_map_text(
     selected: ProcessRow | None,
     width: int,
     measured: bool = True,
+    training: frozenset[int] | None = None,
 ) -> Text:
     """The map as one text (a join keeps its separator's ``no_wrap`` and ``overflow``)."""
     return Text("\n", no_wrap=True, overflow="ellipsis").join(
-        core_map_lines(groups, p, job_colors, selected, width, measured)
+        core_map_lines(groups, p, job_colors, selected, width, measured, training)
     )
 
 
@@ -144,7 +149,9 @@ class CoreMap(QuietStatic):
     """Laid out again when its width changes (cells per line follow the width); built
     again only when what it shows changed."""
 
-    _last: tuple[Sequence[CoreGroup], Palette, dict[int, str], ProcessRow | None, bool] | None = None
+    _last: (
+        tuple[Sequence[CoreGroup], Palette, dict[int, str], ProcessRow | None, bool, frozenset[int] | None] | None
+    ) = None
     _built: tuple[object, ...] | None = None
 
     def on_resize(self) -> None:
@@ -158,11 +165,12 @@ class CoreMap(QuietStatic):
         job_colors: dict[int, str],
         selected: ProcessRow | None,
         measured: bool = True,
+        training: frozenset[int] | None = None,
     ) -> None:
-        self._last = (groups, p, job_colors, selected, measured)
+        self._last = (groups, p, job_colors, selected, measured, training)
         width = max(CELL_WIDTH, self.size.width - 2) if self.size.width else 48
-        inputs = (groups, p, job_colors, selected, measured, width)
+        inputs = (groups, p, job_colors, selected, measured, training, width)
         if inputs == self._built:
             return
         self._built = inputs
-        self.put(core_map_lines(groups, p, job_colors, selected, width, measured))
+        self.put(core_map_lines(groups, p, job_colors, selected, width, measured, training))
