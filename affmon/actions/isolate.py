@@ -1,8 +1,11 @@
 """What ``pin --isolate`` moves: the threads of other processes on the pinned CPUs, each to
 its mask without those CPUs (or, when nothing would be left, to what its cgroup allows
 without them), with manners (``affmon.core.isolation``): by default only the user's own
-processes, never PID 1, a kernel thread, or a process pinned on purpose. The pin applies
-the plan and journals it; this module only reads.
+processes, never PID 1, a kernel thread, or a process pinned on purpose; within a process
+it moves, never a thread whose mask differs from its main thread's (it pinned itself). The
+pin applies the plan and journals it; this module only reads. ``isolation_masks`` tells
+undo which mask isolation gave each process moved aside, so the tasks they start since
+(which inherit it) are put back too.
 
 A candidate is (PID, start time): one whose PID now names a later process is not the one
 chosen, and is skipped.
@@ -17,10 +20,10 @@ from dataclasses import replace
 from affmon.actions.journal_records import EntryHead, JournalEntry, ProcessKey, ThreadRecord
 from affmon.actions.journal_trust import user_name
 from affmon.actions.threads import AffinityOps, OsAffinity, ThreadResult, stat_or_none, unmovable
-from affmon.collect.cgroup import cgroup_cpuset, read_mounts
+from affmon.collect.cgroup import Mount, cgroup_cpuset, read_mounts
 from affmon.collect.fs import read_file, read_line
 from affmon.collect.procfs import PF_KTHREAD, ProcFs, StatFields
-from affmon.core.cpuset import CpuSet, parse_cpulist
+from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
 from affmon.core.errors import AffmonError
 from affmon.core.isolation import Candidate, Kin, left_alone
 
@@ -52,6 +55,7 @@ class IsolationPlan:
         self._moved_before = {key for e in in_force for key in e.isolated_processes()}
         self._judged: dict[int, str | None] = {}
         self._allowed: dict[int, CpuSet] = {}
+        self._main_mask: dict[int, CpuSet | None] = {}  # each candidate's main thread's, when first judged
 
     def round(
         self, candidates: Sequence[ProcessKey], skip_pids: Collection[int], seen_tids: Collection[int]
@@ -65,6 +69,7 @@ class IsolationPlan:
             if pid in skip_pids or stat is None or stat.start_ticks != start:
                 continue  # gone, or its PID reused since it was seen: not the process meant
             if pid not in self._judged:
+                self._main_mask[pid] = self._mask(pid)
                 self._judged[pid] = self._left_alone(pid, stat)
                 why = self._judged[pid]
                 if why is not None:
@@ -83,7 +88,16 @@ class IsolationPlan:
                 if why is not None:
                     notes.append(ThreadResult(pid, tid, mask, mask, "not-moved", f"not moved: {why}"))
                     continue
-                new = (mask - self.cpus) or (self._allowed_of(pid) - self.cpus)
+                main = self._main_mask.get(pid)
+                if tid != pid and main is not None and mask != main:
+                    # It (or a library for it) chose its CPUs: moving it is not isolation's to do.
+                    message = (
+                        f"left alone: it pinned itself to CPUs {format_cpulist(mask)}"
+                        f" (its process runs on {format_cpulist(main)})"
+                    )
+                    notes.append(ThreadResult(pid, tid, mask, mask, "not-moved", message))
+                    continue
+                new = given_mask(mask, self.cpus, self._allowed_of(pid))
                 if not new:
                     notes.append(
                         ThreadResult(pid, tid, mask, mask, "not-moved", "not moved: no allowed CPU is left outside")
@@ -110,11 +124,7 @@ class IsolationPlan:
     def _allowed_of(self, pid: int) -> CpuSet:
         """What the process's cgroup allows (the online CPUs when unknown)."""
         if pid not in self._allowed:
-            try:
-                cgroup = cgroup_cpuset(self._root, pid, self._mounts)
-            except AffmonError:
-                cgroup = None
-            self._allowed[pid] = cgroup or self._online
+            self._allowed[pid] = allowed_cpus(self._root, pid, self._mounts, self._online)
         return self._allowed[pid]
 
     def _mask(self, tid: int) -> CpuSet | None:
@@ -122,6 +132,48 @@ class IsolationPlan:
             return self.ops.get(tid)
         except OSError:
             return None
+
+
+def given_mask(old: CpuSet, cpus: CpuSet, allowed: CpuSet) -> CpuSet:
+    """The mask isolation gives a thread that had ``old``, for a pin of ``cpus``: its own
+    mask without them, or what its cgroup ``allowed`` without them when nothing is left."""
+    return (old - cpus) or (allowed - cpus)
+
+
+def allowed_cpus(root: str, pid: int, mounts: tuple[Mount, ...] | None = None, online: CpuSet | None = None) -> CpuSet:
+    """What the process's cgroup allows (the online CPUs when unknown)."""
+    try:
+        cgroup = cgroup_cpuset(root, pid, mounts)
+    except AffmonError:
+        cgroup = None
+    return cgroup or (_online_cpus(root) if online is None else online)
+
+
+def isolation_masks(proc: ProcFs, entry: JournalEntry) -> dict[int, dict[CpuSet, CpuSet]]:
+    """For each process the entry moved aside that still runs (a thread it recorded is
+    still there): the mask isolation gave each recorded thread -> that thread's old mask.
+    A task of that process (or one it started since) that carries a mask of these
+    inherited it from a moved thread, and would have had the old one without the pin (the
+    main thread's old mask, where two old masks were given the same one)."""
+    by_pid: dict[int, list[ThreadRecord]] = {}
+    for record in entry.threads:
+        if record.role == "isolate":
+            by_pid.setdefault(record.pid, []).append(record)
+    found: dict[int, dict[CpuSet, CpuSet]] = {}
+    for pid, records in by_pid.items():
+        if not any(_same_task(proc, r) for r in records):
+            continue  # gone, or its PID reused: its tasks went with it
+        allowed = allowed_cpus(proc.root, pid)
+        masks: dict[CpuSet, CpuSet] = {}
+        for r in sorted(records, key=lambda r: r.tid == r.pid):  # the main thread's last: it wins
+            masks[given_mask(r.old_cpus, entry.cpus, allowed)] = r.old_cpus
+        found[pid] = masks
+    return found
+
+
+def _same_task(proc: ProcFs, record: ThreadRecord) -> bool:
+    stat = stat_or_none(proc, record.pid, record.tid)
+    return stat is not None and record.start_ticks is not None and stat.start_ticks == record.start_ticks
 
 
 def _uid(proc: ProcFs, pid: int) -> int | None:

@@ -21,6 +21,7 @@ import errno
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from affmon.actions.isolate import allowed_cpus, given_mask, isolation_masks
 from affmon.actions.journal import EntryHead, Journal, JournalEntry, JournalError, ThreadRecord
 from affmon.actions.threads import (
     MAX_ROUNDS,
@@ -31,7 +32,6 @@ from affmon.actions.threads import (
     refusal_message,
     stat_or_none,
 )
-from affmon.collect.cgroup import cgroup_cpuset
 from affmon.collect.procfs import PF_NO_SETAFFINITY, ProcFs
 from affmon.collect.sampler import descendants
 from affmon.core.cpuset import CpuSet, format_cpulist
@@ -232,8 +232,8 @@ def _undo_entry(entry: JournalEntry, proc: ProcFs, ops: AffinityOps) -> list[Thr
         if mask == record.old_cpus:
             results.append(ThreadResult(record.pid, record.tid, mask, mask, "restored", "already back"))
             continue
-        if record.role == "pin" and mask not in entry.set_masks and record.pid not in allowed:
-            allowed[record.pid] = cgroup_cpuset(proc.root, record.pid)  # read only when needed
+        if (record.role == "isolate" or mask not in entry.set_masks) and record.pid not in allowed:
+            allowed[record.pid] = allowed_cpus(proc.root, record.pid)  # read only when needed
         if not _left_by(entry, record, mask, allowed.get(record.pid)):
             message = (
                 f"{CHANGED}: its mask is {format_cpulist(mask)}, which this pin did not set (another pin, or"
@@ -249,11 +249,13 @@ def _undo_entry(entry: JournalEntry, proc: ProcFs, ops: AffinityOps) -> list[Thr
 
 def _left_by(entry: JournalEntry, record: ThreadRecord, mask: CpuSet, allowed: CpuSet | None) -> bool:
     """Whether ``mask`` is one this entry left on ``record``'s thread: for a pinned thread,
-    one of the masks the pin set (or that mask as the thread's cpuset narrowed it); for a
-    thread isolation moved aside, any mask off the pin's CPUs."""
+    one of the masks the pin set; for a thread isolation moved aside, the mask isolation
+    gave it (its old mask without the pin's CPUs, or its cgroup's when nothing was left);
+    either as the thread's cpuset narrowed it."""
     if record.role == "isolate":
-        return not mask & entry.cpus
-    ours = entry.set_masks
+        ours = frozenset({given_mask(record.old_cpus, entry.cpus, allowed or frozenset())})
+    else:
+        ours = entry.set_masks
     return mask in ours or (allowed is not None and any(mask == (m & allowed) for m in ours))
 
 
@@ -284,17 +286,27 @@ def sweep_new_threads(
     proc: ProcFs, ops: AffinityOps, entry: JournalEntry, recorded: Collection[TaskKey]
 ) -> list[ThreadResult]:
     """Tasks the entry does not record (by TID and start time) that inherited a mask it
-    set: threads of the pinned processes, and processes started since the pin under a
-    pinned one (with their threads). One that still has exactly one of the entry's masks
-    (its CPUs, or the part a split gave a process: a worker forked by the main loop after
-    a split carries the main loop's part) gets the old mask of its pinned process's main
-    thread; any other mask was set on purpose and is left alone."""
-    old_masks = _old_masks(entry, proc)
+    set: threads of the pinned processes and of the processes isolation moved aside, and
+    processes started since the pin under one of them (with their threads). A task that
+    still has exactly one of the masks the entry gave its process (a pinned process: the
+    pin's CPUs, or the part a split gave it, since a worker forked by the main loop after
+    a split carries the main loop's part; a process moved aside: the mask isolation gave
+    one of its threads) gets the mask it would have inherited without the pin (a pinned
+    process's main thread's old mask; for one moved aside, the old mask of the thread
+    given that mask); any other mask was set on purpose, or by someone else since, and is
+    left alone and named."""
+    inherited: dict[int, tuple[dict[CpuSet, CpuSet], str]] = {
+        pid: (dict.fromkeys(entry.set_masks, old), "its pinned process's old mask")
+        for pid, old in _old_masks(entry, proc).items()
+    }
+    for pid, masks in isolation_masks(proc, entry).items():
+        inherited.setdefault(pid, (masks, "its mask before isolation moved its process"))
     results: list[ThreadResult] = []
-    for pid, old in old_masks.items():
-        results.extend(_sweep_process(proc, ops, entry, pid, old, recorded, "created after the pin"))
-    for pid, old in _new_descendants(proc, entry, old_masks).items():
-        results.extend(_sweep_process(proc, ops, entry, pid, old, recorded, "process started after the pin"))
+    for pid, (masks, back) in inherited.items():
+        results.extend(_sweep_process(proc, ops, pid, masks, recorded, f"created after the pin: {back}"))
+    for pid, ancestor in _new_descendants(proc, entry, inherited).items():
+        masks, back = inherited[ancestor]
+        results.extend(_sweep_process(proc, ops, pid, masks, recorded, f"process started after the pin: {back}"))
     return results
 
 
@@ -313,11 +325,12 @@ def _old_masks(entry: JournalEntry, proc: ProcFs) -> dict[int, CpuSet]:
     return masks
 
 
-def _new_descendants(proc: ProcFs, entry: JournalEntry, old_masks: dict[int, CpuSet]) -> dict[int, CpuSet]:
-    """Processes started after the pin whose chain of parents up to a pinned process holds
-    only such new processes: they were forked with the pinned mask. Each -> the old mask
-    of its pinned ancestor. Nothing for an entry that does not know when it began."""
-    if entry.since_ticks is None or not old_masks:
+def _new_descendants(proc: ProcFs, entry: JournalEntry, ancestors: Collection[int]) -> dict[int, int]:
+    """Processes started after the pin whose chain of parents up to one of ``ancestors``
+    (a pinned process, or one isolation moved) holds only such new processes: they were
+    forked with the mask the pin gave it. Each -> that ancestor. Nothing for an entry that
+    does not know when it began."""
+    if entry.since_ticks is None or not ancestors:
         return {}
     parents: dict[int, int] = {}
     starts: dict[int, int] = {}
@@ -326,29 +339,30 @@ def _new_descendants(proc: ProcFs, entry: JournalEntry, old_masks: dict[int, Cpu
         if stat is not None and stat.ppid is not None:
             parents[pid] = stat.ppid
             starts[pid] = stat.start_ticks
-    found: dict[int, CpuSet] = {}
-    candidates = descendants(old_masks, parents.items()) - set(old_masks)
+    found: dict[int, int] = {}
+    candidates = descendants(ancestors, parents.items()) - set(ancestors)
     for pid in sorted(candidates):
         chain: list[int] = []
         up = pid
-        while up not in old_masks and up in parents and starts.get(up, -1) >= entry.since_ticks:
+        while up not in ancestors and up in parents and starts.get(up, -1) >= entry.since_ticks:
             chain.append(up)
             up = parents[up]
-        if up in old_masks and chain:
-            found[pid] = old_masks[up]
+        if up in ancestors and chain:
+            found[pid] = up
     return found
 
 
 def _sweep_process(
     proc: ProcFs,
     ops: AffinityOps,
-    entry: JournalEntry,
     pid: int,
-    old: CpuSet,
+    inherited: dict[CpuSet, CpuSet],
     recorded: Collection[TaskKey],
     why: str,
 ) -> list[ThreadResult]:
-    ours = entry.set_masks
+    """``inherited``: each mask the pin gave this process's tasks -> the mask to put back;
+    ``why``: how a task put back is named (what it is, and what it was given)."""
+    olds = set(inherited.values())
     results: list[ThreadResult] = []
     seen: set[int] = set()
     for _round in range(MAX_ROUNDS):
@@ -364,12 +378,13 @@ def _sweep_process(
                 mask = ops.get(tid)
             except OSError:
                 continue  # exited since the listing
-            if mask in ours:
-                results.append(_restore(proc, ops, pid, tid, old, f"{why}: its pinned process's old mask"))
-            elif mask == old:
+            old = inherited.get(mask)
+            if old is not None:
+                results.append(_restore(proc, ops, pid, tid, old, why))
+            elif mask in olds:
                 continue  # born of a task this undo had already put back: it has the mask it should
             else:
-                message = f"{why} with its own mask {format_cpulist(mask)}: left alone"
+                message = f"{why.partition(':')[0]} with its own mask {format_cpulist(mask)}: left alone"
                 results.append(ThreadResult(pid, tid, mask, mask, "not-moved", message))
     return results
 
