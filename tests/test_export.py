@@ -152,18 +152,18 @@ def test_process_counters_never_fall_when_a_thread_exits():
     s2 = sample(1, process(10, thread(10, 130, 20), thread(11, 90, 9, invol=7)))
     # thread 11 exits; thread 12 is born in the interval: its whole count is new
     s3 = sample(2, process(10, thread(10, 160, 30), thread(12, 5, 1, invol=2)))
-    assert series(run(s1, s2), "affmon_process_cpu_seconds_total") == {("10", "python3"): pytest.approx(0.220)}
+    assert series(run(s1, s2), "affmon_process_cpu_seconds_total") == {("10",): pytest.approx(0.220)}
     state = run(s1, s2, s3)  # 150 ms when first seen, +30 +40, then +30 +5: the live threads' sum would be 165
-    assert series(state, "affmon_process_cpu_seconds_total") == {("10", "python3"): pytest.approx(0.255)}
-    assert series(state, "affmon_process_run_queue_wait_seconds_total") == {("10", "python3"): pytest.approx(0.040)}
-    assert series(state, "affmon_process_involuntary_switches_total") == {("10", "python3"): 9}  # 3, +4, +2
+    assert series(state, "affmon_process_cpu_seconds_total") == {("10",): pytest.approx(0.255)}
+    assert series(state, "affmon_process_run_queue_wait_seconds_total") == {("10",): pytest.approx(0.040)}
+    assert series(state, "affmon_process_involuntary_switches_total") == {("10",): 9}  # 3, +4, +2
 
 
 def test_a_reused_pid_starts_its_own_counters():
     old = process(10, thread(10, 900))
     new = process(10, thread(10, 7), start=555)  # same pid, another start time
     state = run(sample(0, old), sample(1, old), sample(2, new))
-    assert series(state, "affmon_process_cpu_seconds_total") == {("10", "python3"): pytest.approx(0.007)}
+    assert series(state, "affmon_process_cpu_seconds_total") == {("10",): pytest.approx(0.007)}
     assert set(state.totals.processes) == {(10, 555)}
 
 
@@ -171,7 +171,7 @@ def test_a_thread_id_reused_by_a_new_thread_counts_from_zero():
     s0 = sample(0, process(10, thread(10, 100), thread(11, 400)))
     s1 = sample(1, process(10, thread(10, 100), thread(11, 500)))  # counters start here: 600 ms
     s2 = sample(2, process(10, thread(10, 100), thread(11, 20, start=9)))  # 11 exited, a new 11 ran 20 ms
-    assert series(run(s0, s1, s2), "affmon_process_cpu_seconds_total") == {("10", "python3"): pytest.approx(0.620)}
+    assert series(run(s0, s1, s2), "affmon_process_cpu_seconds_total") == {("10",): pytest.approx(0.620)}
 
 
 def test_exited_processes_leave_no_series_and_no_findings():
@@ -188,7 +188,7 @@ def test_exited_processes_leave_no_series_and_no_findings():
         if "pid" in family.spec.labels:
             assert labelled(family, pid="10") == [], family.name
     assert set(gone.totals.processes) == {(20, 100)}
-    assert series(gone, "affmon_process_threads") == {("20", "python3"): 1}
+    assert series(gone, "affmon_process_threads") == {("20",): 1}
 
 
 def test_unknown_counters_give_no_series_rather_than_zero():
@@ -202,7 +202,8 @@ def test_unknown_counters_give_no_series_rather_than_zero():
 def test_no_rates_before_the_second_sample():
     state = run(sample(0, process(10, thread(10, 100))))
     assert state.snapshot is None and state.samples_total == 1
-    assert all(not f.series for f in families(state) if not f.name.startswith("affmon_export_"))
+    exporter_own = ("affmon_export_", "affmon_build_info", "process_")
+    assert all(not f.series for f in families(state) if not f.name.startswith(exporter_own))
     assert series(state, "affmon_export_samples_total") == {(): 1}
 
 
@@ -236,17 +237,17 @@ def test_per_thread_series_only_when_asked():
     assert not [n for n in plain if n.startswith("affmon_thread_")]
     with_threads = {f.name: f for f in families(state, threads=True)}
     assert [v for v, _ in with_threads["affmon_thread_cpu_seconds_total"].series] == [
-        ("10", "python3", "10", "t10"),
-        ("10", "python3", "11", "t11"),
+        ("10", "10"),
+        ("10", "11"),
     ]
-    assert dict(with_threads["affmon_thread_numa_node"].series)[("10", "python3", "11", "t11")] == 1  # CPU 2
+    assert dict(with_threads["affmon_thread_numa_node"].series)[("10", "11")] == 1  # CPU 2
 
 
 def test_catalogue_names_units_and_labels():
     names = [s.name for s in CATALOGUE]
     assert len(names) == len(set(names))
     for s in CATALOGUE:
-        assert re.fullmatch(r"affmon_[a-z0-9_]+", s.name), s.name
+        assert re.fullmatch(r"affmon_[a-z0-9_]+", s.name) or s in m.SELF, s.name
         assert s.name.endswith("_total") == (s.kind == "counter"), s.name
         # labels the scrape itself sets would be renamed exported_* by Prometheus
         assert not {"job", "instance"} & set(s.labels), s.name
@@ -263,7 +264,7 @@ def test_catalogue_names_units_and_labels():
         "affmon_process_threads",
         "affmon_process_mask_cpus",
         "affmon_process_numa_nodes_run_on",
-        "affmon_finding",
+        "affmon_finding_info",
         "affmon_gpu_utilization_ratio",
         "affmon_gpu_memory_used_bytes",
         "affmon_gpu_memory_total_bytes",
@@ -329,19 +330,21 @@ def test_recorded_job_findings_are_those_of_diagnose(narrow_state):
         (f.code, f.pid, f.severity) for f in expected
     ]
     got = parsed(exposition(narrow_state))
-    rows = {(s.labels["code"], s.labels["severity"], s.labels["gpu"]) for s in got["affmon_finding"][1]}
+    rows = {(s.labels["code"], s.labels["severity"], s.labels["gpu"]) for s in got["affmon_finding_info"][1]}
     assert ("GPU_STARVED", "bad", "0") in rows and ("MASK_TOO_NARROW", "bad", "") in rows
 
 
 # Families from what the narrow recording was made without (context, numa_maps, the loop
 # probe); test_context_memory_and_loop_families covers them.
 NEWER_THAN_NARROW = {m.PROCESS_CONTEXT_INFO, m.PROCESS_MEMORY, m.LOOP_SHARE, m.LOOP_GPU_BUSY}
+# The exporter's own process_* series: read by the running exporter's sampling thread.
+READ_WHEN_SERVING = set(m.SELF)
 
 
 def test_recorded_job_as_exposition_types_labels_and_gpu(narrow_state):
     got = parsed(exposition(narrow_state, threads=True))
     for spec in CATALOGUE:
-        if spec in NEWER_THAN_NARROW:
+        if spec in NEWER_THAN_NARROW | READ_WHEN_SERVING:
             assert spec.name not in got, spec.name
             continue
         assert spec.name in got, f"{spec.name}: no series"
@@ -420,10 +423,18 @@ def test_metrics_of_a_process_pinned_to_one_cpu_with_three_busy_threads():
         assert one("affmon_process_involuntary_switches_total") > 0
         (info,) = [s.labels for s in got["affmon_process_info"][1] if s.labels["pid"] == pid]
         user = pwd.getpwuid(os.getuid()).pw_name
-        assert info == {"pid": pid, "name": comm, "user": user, "job_pid": pid, "gpu": "", "gpu_numa_node": ""}
-        findings = {(s.labels["code"], s.labels["severity"]): s.labels for s in got["affmon_finding"][1]}
+        assert info == {
+            "pid": pid,
+            "name": comm,
+            "user": user,
+            "job_pid": pid,
+            "training": "false",  # a plain python script on no GPU is not a training job
+            "gpu": "",
+            "gpu_numa_node": "",
+        }
+        findings = {(s.labels["code"], s.labels["severity"]): s.labels for s in got["affmon_finding_info"][1]}
         for code in ("STARVED", "MASK_TOO_NARROW"):
-            assert findings[(code, "bad")] == {"code": code, "severity": "bad", "pid": pid, "name": comm, "gpu": ""}
+            assert findings[(code, "bad")] == {"code": code, "severity": "bad", "pid": pid, "gpu": ""}
         tids = {s.labels["tid"]: s.value for s in got["affmon_thread_last_cpu"][1] if s.labels["pid"] == pid}
         assert set(tids) == {pid, *map(str, w["busy"])} and set(tids.values()) == {cpu}
         busy_ratios = [s.value for s in got["affmon_thread_wait_ratio"][1] if s.labels["tid"] in map(str, w["busy"])]
@@ -454,7 +465,7 @@ def test_a_scrape_never_waits_for_the_sampler():
             started = time.monotonic()
             text = fetch(url, timeout_s=2)
             assert time.monotonic() - started < 1.0
-            assert 'affmon_process_threads{name="python3",pid="10"} 1.0' in text
+            assert 'affmon_process_threads{pid="10"} 1.0' in text
             assert "affmon_export_samples_total 2.0" in text
         finally:
             release.set()
@@ -474,7 +485,7 @@ def test_a_failing_sample_is_counted_and_the_last_state_stays():
     for _ in range(3):
         exporter.tick()
     assert exporter.state.errors_total == 1 and exporter.state.samples_total == 2
-    assert series(exporter.state, "affmon_process_threads") == {("10", "python3"): 1}
+    assert series(exporter.state, "affmon_process_threads") == {("10",): 1}
 
 
 # -- the command line ----------------------------------------------------------------------------
@@ -590,7 +601,7 @@ def test_every_metric_the_dashboard_queries_is_served(narrow_state):
     served = set(parsed(exposition(narrow_state, threads=True)))
     assert used and used - served == set()
     # and the dashboard shows the core of the issue: wait ratio, findings, GPU use against PCIe
-    for name in ("affmon_process_run_queue_wait_seconds_total", "affmon_finding", "affmon_gpu_utilization_ratio"):
+    for name in ("affmon_process_run_queue_wait_seconds_total", "affmon_finding_info", "affmon_gpu_utilization_ratio"):
         assert name in used
     assert any("affmon_gpu_utilization_ratio" in q or "affmon_gpu_pcie_rx_bytes_total" in q for q in queries)
 
@@ -617,11 +628,11 @@ def test_dashboard_is_grafana_json():
         ids.append(p["id"])
         assert set(p["gridPos"]) == {"x", "y", "w", "h"} and p["gridPos"]["x"] + p["gridPos"]["w"] <= 24
         if p["type"] != "row":
-            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert p["datasource"] == {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
             assert p["targets"] and all(t["expr"] for t in p["targets"])
     assert len(ids) == len(set(ids))
     variables = {v["name"] for v in board["templating"]["list"]}
-    assert {"datasource", "instance", "job"} <= variables
+    assert {"instance", "job"} <= variables
 
 
 def test_context_memory_and_loop_families(narrow_state):
@@ -650,7 +661,6 @@ def test_context_memory_and_loop_families(narrow_state):
     (context,) = got["affmon_process_context_info"][1]
     assert context.labels == {
         "pid": str(sample.pid),
-        "name": sample.name,
         "scheduler": "slurm",
         "slurm_job": "4242.0",
         "pod_uid": "",
@@ -659,7 +669,7 @@ def test_context_memory_and_loop_families(narrow_state):
     }
     memory = {s.labels["numa_node"]: s.value for s in got["affmon_process_memory_bytes"][1]}
     assert memory == {"0": float(3 << 30), "1": float(1 << 20)}
-    loop = {s.labels["share"]: s.value for s in got["affmon_loop_share"][1]}
+    loop = {s.labels["share"]: s.value for s in got["affmon_loop_share_ratio"][1]}
     assert loop == shares and sum(loop.values()) == pytest.approx(1.0)
     (busy,) = got["affmon_loop_gpu_busy_ratio"][1]
     assert busy.value == pytest.approx(0.34)

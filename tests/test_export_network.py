@@ -350,7 +350,7 @@ QUERIES = [
     "name[]=",
     "x=2",
 ]
-METHODS = [("GET", "/metrics"), ("GET", "/"), ("GET", "/favicon.ico"), ("OPTIONS", "/metrics"), ("POST", "/metrics")]
+METHODS = [("GET", "/metrics"), ("OPTIONS", "/metrics"), ("POST", "/metrics")]
 HOSTILE = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=15)
 
 
@@ -465,6 +465,29 @@ def test_every_name_is_a_legacy_prometheus_name_so_escaping_leaves_it_as_it_is()
         assert all(legacy_label.match(label) for label in spec.labels), spec.labels
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status", "type_"),
+    [
+        ("GET", "/", "200 OK", "text/html"),
+        ("GET", "/favicon.ico", "404 Not Found", "text/plain"),
+        ("GET", "/metrics/", "404 Not Found", "text/plain"),
+        ("GET", "/anything?name[]=affmon_process_threads", "404 Not Found", "text/plain"),
+        ("POST", "/", "404 Not Found", "text/plain"),
+    ],
+)
+def test_only_metrics_is_metrics_and_the_landing_page_links_to_it(method, path, status, type_):
+    """As node_exporter: ``/metrics`` serves metrics, ``/`` is a page linking to it, any other
+    path is 404; none of them renders the state."""
+    state = named_state(10, "python3")
+    renderer = Renderer(lambda: state)
+    made = renderer.rendering({"REQUEST_METHOD": method, "PATH_INFO": path})
+    assert made.status == status and media(made.headers)[0] == type_
+    assert ("Content-Length", str(len(made.body))) in made.headers
+    assert b"affmon_" not in made.body and renderer.renders_total == renderer.collected_total == 0
+    if status == "200 OK":
+        assert b'<a href="/metrics">' in made.body
+
+
 def test_one_render_serves_every_scrape_of_a_state():
     state = run(sample(0, process(10, thread(10, 100))), sample(1, process(10, thread(10, 200))))
     renderer = Renderer(lambda: state)
@@ -484,7 +507,7 @@ def test_requests_differing_only_where_the_body_does_not_share_one_body():
     for n in range(200):
         environ = {
             "REQUEST_METHOD": "GET",
-            "PATH_INFO": f"/metrics/{n}",
+            "PATH_INFO": "/metrics",
             "QUERY_STRING": f"flood={n}&pad={'x' * n}",
             "HTTP_ACCEPT": ["text/plain;q=0.{n}", "application/openmetrics-text;version=1.0.0;n={n}"][n % 2].format(
                 n=n

@@ -140,12 +140,12 @@ def test_prometheus_scrapes_the_wait_ratio_and_findings_of_a_planted_process(tmp
 
         selector = f'{{job="affmon", instance="{target}", pid="{pid}"}}'
         wait_for(
-            lambda: len(query(base, f"affmon_finding{selector}")) >= 2,
+            lambda: len(query(base, f"affmon_finding_info{selector}")) >= 2,
             20,
             "Prometheus to scrape two findings of the planted process",
         )
         assert value(query(base, f"up{{instance='{target}'}}")) == 1
-        findings = {r["metric"]["code"]: r for r in query(base, f"affmon_finding{selector}")}
+        findings = {r["metric"]["code"]: r for r in query(base, f"affmon_finding_info{selector}")}
         for code in ("STARVED", "MASK_TOO_NARROW"):
             assert findings[code]["metric"]["severity"] == "bad"
             assert float(findings[code]["value"][1]) == 1
@@ -167,7 +167,7 @@ def test_prometheus_scrapes_the_wait_ratio_and_findings_of_a_planted_process(tmp
         # The process exits: its series vanish from the next scrape, and Prometheus marks them stale.
         job.close()
         wait_for(lambda: not query(base, f"affmon_process_threads{selector}"), 10, "the exited process's series")
-        assert query(base, f"affmon_finding{selector}") == []
+        assert query(base, f"affmon_finding_info{selector}") == []
         assert exporter.state.samples_total > 2
 
 
@@ -176,6 +176,6 @@ def test_promtool_finds_nothing_to_lint_in_the_text_exposition():
     help texts) on a recorded H200 job with its GPUs and findings, per-thread series served."""
     topo, samples = recorded("narrow")
     text = exposition(run(*samples, topo=topo), threads=True)
-    assert "affmon_thread_cpu_seconds_total" in text and "affmon_finding{" in text
+    assert "affmon_thread_cpu_seconds_total" in text and "affmon_finding_info{" in text
     checked = subprocess.run([binary("promtool"), "check", "metrics"], input=text, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -29,7 +29,7 @@ def get(query: str = "", accept: str | None = None, encoding: str | None = None,
         (get(), Shape(openmetrics=False, gzip=False)),
         (get(accept=PROMETHEUS_2, encoding="gzip"), Shape(openmetrics=True, gzip=True)),
         (get("flood=1&pad=" + "x" * 15_000, accept=PROMETHEUS_2 + ",x/y1", encoding="gzip"), Shape(True, True)),
-        (get(path="/anything", accept="text/plain;q=0.17"), Shape(False, False)),
+        (get("x=1", accept="text/plain;q=0.17"), Shape(False, False)),
         (get(accept="application/openmetrics-text"), Shape(True, False)),  # no version: OpenMetrics
         (get(accept="application/openmetrics-text;version=0.0.1"), Shape(False, False)),  # below 1.0.0: text
         (get(accept="application/openmetrics-text;version=1.a"), Shape(False, False)),  # unreadable: text
@@ -56,6 +56,9 @@ def test_a_request_is_reduced_to_format_gzip_and_filter(environ, shape):
     assert shape_of(environ, SERVED) == shape
 
 
-@pytest.mark.parametrize(("method", "path"), [("POST", "/metrics"), ("OPTIONS", "/metrics"), ("GET", "/favicon.ico")])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/metrics"), ("OPTIONS", "/metrics"), ("GET", "/favicon.ico"), ("GET", "/"), ("GET", "/metrics/")],
+)
 def test_a_request_not_for_metrics_has_no_shape(method, path):
     assert shape_of({"REQUEST_METHOD": method, "PATH_INFO": path}, SERVED) is None

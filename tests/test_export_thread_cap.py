@@ -65,7 +65,7 @@ def test_a_process_with_more_threads_than_the_cap_serves_the_busiest_and_counts_
     assert set(served) == set(THREAD_FAMILIES)
     busiest = {str(100_000 + i) for i in range(40, 50)}
     for name, labels in served.items():
-        assert {tid for _, _, tid, _ in labels} == busiest, name
+        assert {labels_[1] for labels_ in labels} == busiest, name
     assert left_out(state, max_threads=10) == 40
 
 
@@ -117,11 +117,11 @@ def test_any_state_serves_at_most_the_cap_and_never_a_less_busy_thread_than_one_
     served = thread_series(state, cap)
     busy = {str(100_000 + i): ms for i, ms in enumerate(ms for p in processes for ms in p)}
     total = len(busy)
-    cpu = {tid for _, _, tid, _ in served["affmon_thread_cpu_seconds_total"]}
+    cpu = {labels_[1] for labels_ in served["affmon_thread_cpu_seconds_total"]}
     assert len(cpu) == min(cap, total)
     for name, labels in served.items():
         assert len(labels) <= cap, name
-        assert {tid for _, _, tid, _ in labels} <= cpu, name
+        assert {labels_[1] for labels_ in labels} <= cpu, name
     assert left_out(state, cap) == total - len(cpu)
     if cpu and len(cpu) < total:
         assert min(busy[t] for t in cpu) >= max(busy[t] for t in set(busy) - cpu)

@@ -5,10 +5,16 @@ Names follow Prometheus conventions: the base unit in the name (``_seconds``,
 ``_bytes``, ``_ratio`` for 0..1), ``_total`` on counters, ``_info`` on series whose
 value is always 1 and whose labels carry the facts.
 
-Labels that can change while a process lives (its GPU, its job, the NUMA nodes it ran
-on) are kept off the counters and put on ``affmon_process_info``: a label that changes
-starts a new series, and a counter split over two series breaks ``rate()``. Join with
-``* on (instance, pid) group_left (gpu, job_pid) affmon_process_info``.
+Labels that can change while a process lives (its name: PyTorch renames its main thread
+``pt_main_thread``; its GPU, its job, the NUMA nodes it ran on) are kept off the counters
+and every other series and put on ``affmon_process_info`` (a thread's name on
+``affmon_thread_info``): a label that changes starts a new series, and a counter split over
+two series breaks ``rate()``. Join with
+``* on (job, instance, pid) group_left (name, job_pid) affmon_process_info``.
+
+Besides affmon's own, the exporter serves what every client-library exporter serves about
+itself: ``process_*`` (prometheus-client's ``ProcessCollector``, read by the sampling
+thread) and ``affmon_build_info``.
 """
 
 from __future__ import annotations
@@ -18,12 +24,14 @@ from typing import Literal
 
 Kind = Literal["counter", "gauge"]
 
-PROCESS_LABELS = ("pid", "name")
-PROCESS_INFO_LABELS = ("pid", "name", "user", "job_pid", "gpu", "gpu_numa_node")
-THREAD_LABELS = ("pid", "name", "tid", "thread")
+PROCESS_LABELS = ("pid",)
+PROCESS_INFO_LABELS = ("pid", "name", "user", "job_pid", "training", "gpu", "gpu_numa_node")
+THREAD_LABELS = ("pid", "tid")
 GPU_LABELS = ("gpu", "numa_node")
 GPU_INFO_LABELS = ("gpu", "numa_node", "model", "uuid", "pci_bus_id")
-FINDING_LABELS = ("code", "severity", "pid", "name", "gpu")
+FINDING_LABELS = ("code", "severity", "pid", "gpu")
+# OpenMetrics ``# UNIT``: the base units a name ends in (a counter's before ``_total``).
+UNITS = ("seconds", "bytes", "ratio")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +41,12 @@ class MetricSpec:
     labels: tuple[str, ...]
     help: str
     per_thread: bool = False  # served only with --threads
+
+    @property
+    def unit(self) -> str:
+        """The base unit the name ends in, for OpenMetrics' ``# UNIT``; "" for none."""
+        base = self.name.removesuffix("_total") if self.kind == "counter" else self.name
+        return next((u for u in UNITS if base.endswith("_" + u)), "")
 
 
 def _process(name: str, kind: Kind, doc: str) -> MetricSpec:
@@ -81,36 +95,39 @@ PROCESS_INFO = MetricSpec(
     "affmon_process_info",
     "gauge",
     PROCESS_INFO_LABELS,
-    "Always 1. Facts about a watched process that may change while it lives: its user, the pid of the "
-    "job (training rank) it belongs to, its GPUs and their NUMA nodes (comma-separated; empty when none).",
+    "Always 1. Facts about a watched process that may change while it lives: its name (comm), its user, "
+    "the pid of the job it belongs to, whether that job is a training job (true: on a GPU or launched as "
+    "training, as affmon diagnose counts them; false), its GPUs and their NUMA nodes (comma-separated; "
+    "empty when none).",
 )
 
 PROCESS_CONTEXT_INFO = MetricSpec(
     "affmon_process_context_info",
     "gauge",
-    ("pid", "name", "scheduler", "slurm_job", "pod_uid", "local_rank", "numa_binding"),
+    ("pid", "scheduler", "slurm_job", "pod_uid", "local_rank", "numa_binding"),
     "Always 1, for a watched process something placed: the scheduler (slurm, kubernetes), the Slurm job id "
     "(job.step), the Kubernetes pod UID, its local rank (LOCAL_RANK, else SLURM_LOCALID) and torchrun's "
-    "--numa-binding mode; empty where unknown. One series per process; every value is at most 64 characters.",
+    "--numa-binding mode; empty where unknown, no series where all are. One series per process; every "
+    "value is at most 64 characters.",
 )
 PROCESS_MEMORY = MetricSpec(
     "affmon_process_memory_bytes",
     "gauge",
-    ("pid", "name", "numa_node"),
+    ("pid", "numa_node"),
     "Resident bytes of a watched training process on each NUMA node (/proc/PID/numa_maps, re-read every few seconds).",
 )
 LOOP_SHARE = MetricSpec(
-    "affmon_loop_share",
+    "affmon_loop_share_ratio",
     "gauge",
-    ("pid", "name", "share"),
+    ("pid", "share"),
     "Share of the last interval the training loop's thread spent on_cpu, cpu_wait, data_wait, gpu_wait or "
     "other (docs/loop.md); the five sum to 1. Only for processes whose loop is probed.",
 )
 LOOP_GPU_BUSY = MetricSpec(
     "affmon_loop_gpu_busy_ratio",
     "gauge",
-    ("pid", "name"),
-    "Mean NVML utilisation of the process's GPUs over the same interval as affmon_loop_share, 0 to 1.",
+    ("pid",),
+    "Mean NVML utilisation of the process's GPUs over the same interval as affmon_loop_share_ratio, 0 to 1.",
 )
 
 THREAD_CPU = _thread("cpu_seconds_total", "counter", "CPU time of the thread.")
@@ -122,14 +139,22 @@ THREAD_WAIT_RATIO = _thread("wait_ratio", "gauge", "Run-queue wait ratio of the 
 THREAD_LAST_CPU = _thread("last_cpu", "gauge", "The CPU the thread last ran on (psr).")
 THREAD_NUMA_NODE = _thread("numa_node", "gauge", "The NUMA node of the CPU the thread last ran on.")
 THREAD_MASK_CPUS = _thread("mask_cpus", "gauge", "CPUs in the thread's affinity mask.")
+THREAD_INFO = MetricSpec(
+    "affmon_thread_info",
+    "gauge",
+    ("pid", "tid", "thread"),
+    "Always 1. The thread's name (comm), which may change while it lives.",
+    per_thread=True,
+)
 
 FINDING = MetricSpec(
-    "affmon_finding",
+    "affmon_finding_info",
     "gauge",
     FINDING_LABELS,
     "Always 1, one series per active finding, debounced like affmon diagnose (raised after 2 intervals, "
-    "cleared after 3 clean ones). pid: the job's root process (empty for a GPU no watched job uses); "
-    "gpu: the GPU the finding is about (empty when none). docs/findings.md lists the codes.",
+    "cleared after 3 clean ones). pid: the job's root process (empty for a GPU no watched job uses; its "
+    "name is on affmon_process_info); gpu: the GPU the finding is about (empty when none). "
+    "docs/findings.md lists the codes.",
 )
 
 GPU_INFO = MetricSpec(
@@ -171,6 +196,23 @@ EXPORT_THREADS_LEFT_OUT = MetricSpec(
     per_thread=True,
 )
 
+BUILD_INFO = MetricSpec(
+    "affmon_build_info", "gauge", ("version", "python_version"), "Always 1. The affmon and Python versions serving."
+)
+
+
+def _self(name: str, kind: Kind, doc: str) -> MetricSpec:
+    return MetricSpec(name, kind, (), doc + " (prometheus-client's ProcessCollector, read at each sample.)")
+
+
+SELF_CPU = _self("process_cpu_seconds_total", "counter", "User and system CPU time of the exporter.")
+SELF_RESIDENT = _self("process_resident_memory_bytes", "gauge", "Resident memory of the exporter.")
+SELF_VIRTUAL = _self("process_virtual_memory_bytes", "gauge", "Virtual memory of the exporter.")
+SELF_START = _self("process_start_time_seconds", "gauge", "Start time of the exporter, Unix time.")
+SELF_OPEN_FDS = _self("process_open_fds", "gauge", "Descriptors the exporter holds open.")
+SELF_MAX_FDS = _self("process_max_fds", "gauge", "The exporter's soft limit on open descriptors.")
+SELF = (SELF_CPU, SELF_RESIDENT, SELF_VIRTUAL, SELF_START, SELF_OPEN_FDS, SELF_MAX_FDS)
+
 CATALOGUE: tuple[MetricSpec, ...] = (
     PROCESS_CPU,
     PROCESS_WAIT,
@@ -195,6 +237,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     THREAD_LAST_CPU,
     THREAD_NUMA_NODE,
     THREAD_MASK_CPUS,
+    THREAD_INFO,
     FINDING,
     GPU_INFO,
     GPU_UTILIZATION,
@@ -213,4 +256,6 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     EXPORT_CPU,
     EXPORT_NVML,
     EXPORT_THREADS_LEFT_OUT,
+    BUILD_INFO,
+    *SELF,
 )

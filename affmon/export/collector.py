@@ -18,9 +18,9 @@ from affmon.export.state import ExportState
 
 
 def _empty(spec: MetricSpec) -> CounterMetricFamily | GaugeMetricFamily:
-    if spec.kind == "counter":
-        return CounterMetricFamily(spec.name, spec.help, labels=spec.labels)  # it drops and re-adds _total
-    return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+    if spec.kind == "counter":  # it drops and re-adds _total
+        return CounterMetricFamily(spec.name, spec.help, labels=spec.labels, unit=spec.unit)
+    return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels, unit=spec.unit)
 
 
 class StateCollector:

@@ -12,9 +12,11 @@ costs a scrape what ``max_threads`` threads cost, not 900,000 series.
 from __future__ import annotations
 
 import heapq
+import platform
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import affmon
 from affmon.core.findings import Finding
 from affmon.core.rates import ProcessRates, Snapshot, ThreadRates
 from affmon.export import MAX_THREADS
@@ -60,7 +62,7 @@ def _joined(values: Iterable[int]) -> str:
 
 def _process(out: _Builder, p: ProcessRates, totals: ProcessTotals | None, state: ExportState, snap: Snapshot) -> None:
     s = p.sample
-    labels = (s.pid, s.name)
+    labels = (s.pid,)
     if totals is not None:
         out.add(m.PROCESS_CPU, labels, _seconds(totals.cpu_ns))
         out.add(m.PROCESS_WAIT, labels, _seconds(totals.wait_ns))
@@ -75,12 +77,15 @@ def _process(out: _Builder, p: ProcessRates, totals: ProcessTotals | None, state
     gpu_nodes = {g.sample.index: g.numa_node for g in snap.gpus}
     nodes = [n for n in (gpu_nodes.get(i) for i in s.gpu_indices) if n is not None]
     job = state.job_of.get(s.pid)
-    out.add(m.PROCESS_INFO, (*labels, s.user, job, _joined(s.gpu_indices), _joined(nodes)), 1)
+    training = "" if job is None else str(job in state.training_jobs).lower()
+    out.add(m.PROCESS_INFO, (s.pid, s.name, s.user, job, training, _joined(s.gpu_indices), _joined(nodes)), 1)
     c = s.context
-    if c is not None and not c.empty:
+    if c is not None:
         job_id = None if c.slurm_job_id is None else c.slurm_job_id + (f".{c.slurm_step}" if c.slurm_step else "")
         rank = c.local_rank if c.local_rank is not None else c.slurm_local_id
-        out.add(m.PROCESS_CONTEXT_INFO, (*labels, c.scheduler, job_id, c.pod_uid, rank, c.numa_binding), 1)
+        placed = (c.scheduler, job_id, c.pod_uid, rank, c.numa_binding)
+        if any(v is not None and v != "" for v in placed):  # else every label would be empty
+            out.add(m.PROCESS_CONTEXT_INFO, (*labels, *placed), 1)
     if s.memory is not None:
         for node, size in sorted(s.memory.resident_bytes_by_node.items()):
             out.add(m.PROCESS_MEMORY, (*labels, node), size)
@@ -112,7 +117,8 @@ def _threads(out: _Builder, p: ProcessRates, snap: Snapshot, served: set[tuple[i
         t = th.sample
         if (p.sample.pid, t.tid) not in served:
             continue
-        labels = (p.sample.pid, p.sample.name, t.tid, t.name)
+        labels = (p.sample.pid, t.tid)
+        out.add(m.THREAD_INFO, (*labels, t.name), 1)
         out.add(m.THREAD_CPU, labels, _seconds(t.cpu_ns))
         out.add(m.THREAD_WAIT, labels, _seconds(t.wait_ns))
         out.add(m.THREAD_VOLUNTARY, labels, t.voluntary_switches)
@@ -124,11 +130,9 @@ def _threads(out: _Builder, p: ProcessRates, snap: Snapshot, served: set[tuple[i
         out.add(m.THREAD_MASK_CPUS, labels, None if t.allowed_cpus is None else len(t.allowed_cpus))
 
 
-def _finding(out: _Builder, f: Finding, snap: Snapshot) -> None:
-    process = snap.process(f.pid) if f.pid is not None else None
+def _finding(out: _Builder, f: Finding) -> None:
     gpu = f.evidence.get("gpu")
-    name = process.sample.name if process else ""
-    out.add(m.FINDING, (f.code, str(f.severity), f.pid, name, gpu if isinstance(gpu, int) else ""), 1)
+    out.add(m.FINDING, (f.code, str(f.severity), f.pid, gpu if isinstance(gpu, int) else ""), 1)
 
 
 def _gpus(out: _Builder, state: ExportState, snap: Snapshot) -> None:
@@ -164,7 +168,7 @@ def families(state: ExportState, *, threads: bool = False, max_threads: int = MA
             if threads:
                 _threads(out, p, snap, served)
         for f in state.findings:
-            _finding(out, f, snap)
+            _finding(out, f)
         _gpus(out, state, snap)
     out.add(m.EXPORT_SAMPLES, (), state.samples_total)
     out.add(m.EXPORT_ERRORS, (), state.errors_total)
@@ -173,4 +177,7 @@ def families(state: ExportState, *, threads: bool = False, max_threads: int = MA
     out.add(m.EXPORT_CPU, (), state.exporter_cpu_s)
     out.add(m.EXPORT_NVML, (), 1 if state.nvml_available else 0)
     out.add(m.EXPORT_THREADS_LEFT_OUT, (), left_out)  # kept out by _Builder without ``threads``
+    out.add(m.BUILD_INFO, (affmon.__version__, platform.python_version()), 1)
+    for spec in m.SELF:
+        out.add(spec, (), state.own_process.get(spec.name))
     return out.families()

@@ -27,8 +27,9 @@ Collecting and formatting hold one lock, the render lock (they hold the interpre
 too, so two at once would take as long as one after the other); joining and gzip (zlib
 lets the interpreter lock go) hold only a lock of their shape, so requests of a shape that
 arrive while its body is made wait for it and are sent it. Requests that are not for
-metrics (another method, ``/favicon.ico``) are answered by prometheus-client's app itself,
-which renders nothing for them.
+metrics render nothing, as node_exporter answers them: ``/`` is a landing page linking to
+``/metrics``, any other path is 404, and another method on ``/metrics`` is answered by
+prometheus-client's app (405, or the allowed methods to ``OPTIONS``).
 
 The body goes to the server as a read-only file over the same bytes
 (``wsgi.file_wrapper``): a connection holds a position in the body, not a copy
@@ -62,7 +63,7 @@ from prometheus_client.metrics_core import Metric
 from affmon.export import MAX_THREADS
 from affmon.export.catalogue import CATALOGUE
 from affmon.export.collector import StateCollector
-from affmon.export.shapes import OPENMETRICS_ACCEPT, Shape, shape_of
+from affmon.export.shapes import METRICS_PATH, OPENMETRICS_ACCEPT, Shape, shape_of
 from affmon.export.state import ExportState
 
 if TYPE_CHECKING:
@@ -74,6 +75,11 @@ FILTERED_SHAPES = 8
 _TEXT, _TEXT_TYPE = choose_encoder("")
 _OPENMETRICS, _OPENMETRICS_TYPE = choose_encoder(OPENMETRICS_ACCEPT)
 _EOF = b"# EOF\n"
+LANDING_PAGE = (
+    b"<!DOCTYPE html>\n<html><head><title>affmon export</title></head><body>\n"
+    b"<h1>affmon export</h1>\n<p>CPU placement of GPU training jobs, for Prometheus.</p>\n"
+    b'<p><a href="/metrics">Metrics</a></p>\n</body></html>\n'
+)
 
 
 class Rendering:
@@ -327,7 +333,7 @@ class Renderer:
         state or was made after the request arrived (it waited for that body), else made now."""
         shape = shape_of(environ, self.served_names)
         if shape is None:
-            return _answer(self._client_app, environ, self._latest())
+            return self._not_metrics(environ)
         arrived_s = time.monotonic()
         with self._books_lock:
             hit = self._cache.get(shape)
@@ -346,6 +352,18 @@ class Renderer:
                 self.renders_total += 1
                 self._keep(shape, made)
             return made
+
+    def _not_metrics(self, environ: WSGIEnvironment) -> Rendering:
+        """The answer to a request that is not a ``GET`` of ``/metrics``."""
+        path, state = environ.get("PATH_INFO"), self._latest()
+        if path == METRICS_PATH:
+            return _answer(self._client_app, environ, state)
+        if path == "/" and environ.get("REQUEST_METHOD") in ("GET", "HEAD"):
+            headers = [("Content-Type", "text/html; charset=utf-8"), ("Content-Length", str(len(LANDING_PAGE)))]
+            return Rendering("200 OK", headers, LANDING_PAGE, state)
+        body = b"404 page not found\n"
+        headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
+        return Rendering("404 Not Found", headers, body, state)
 
     def alive(self) -> list[Rendering]:
         """Every rendering still cached or held by a connection."""

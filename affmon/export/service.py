@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from affmon.core.findings import ExpectedMasks
 from affmon.core.fmt import term_safe
@@ -35,6 +35,12 @@ __all__ = ["Exporter", "format_address"]
 
 def _no_masks() -> ExpectedMasks:
     return {}
+
+
+def own_process(collector: ProcessCollector) -> dict[str, float]:
+    """The exporter's ``process_*`` values as prometheus-client reads them (``/proc/self``);
+    empty where it cannot."""
+    return {s.name: s.value for metric in collector.collect() for s in metric.samples}
 
 
 class Exporter:
@@ -79,6 +85,7 @@ class Exporter:
         self._sampler: threading.Thread | None = None
         self.server: MetricsServer | None = None
         self._last_error: str | None = None
+        self._own = ProcessCollector(registry=None)
 
     @property
     def state(self) -> ExportState:
@@ -89,7 +96,14 @@ class Exporter:
         """Take one sample and publish the next state (or count the failure)."""
         try:
             sample = self._sample()
-            state = step(self._state, sample, self._topology, self._expected_masks(), time.process_time())
+            state = step(
+                self._state,
+                sample,
+                self._topology,
+                self._expected_masks(),
+                time.process_time(),
+                own_process(self._own),
+            )
         except Exception as exc:  # the exporter must outlive one bad tick; it says so once
             self._state = failed(self._state)
             message = f"affmon export: sampling failed: {type(exc).__name__}: {exc}"

@@ -19,8 +19,9 @@ a padded URL) are sent one shared body instead of each costing a render:
   are names of samples the exporter serves (any other selects nothing, as in
   prometheus-client's restricted registry: ``()`` is an empty body).
 
-A request that is not a ``GET`` of metrics (another method, ``/favicon.ico``) has no shape: it
-is answered by prometheus-client's app itself, which renders nothing for it.
+A request that is not a ``GET`` of ``/metrics`` has no shape: ``affmon.export.render``
+answers it without rendering (a landing page at ``/``, 404 elsewhere, prometheus-client's
+app for another method on ``/metrics``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from urllib.parse import parse_qs
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 OPENMETRICS_ACCEPT = "application/openmetrics-text;version=1.0.0"
+METRICS_PATH = "/metrics"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +59,7 @@ def picks_openmetrics(accept: str) -> bool:
 def shape_of(environ: Mapping[str, object], served: Collection[str]) -> Shape | None:
     """The shape of a request's answer; ``served``: the sample names the exporter serves. None:
     not a request for metrics."""
-    if environ.get("REQUEST_METHOD") != "GET" or environ.get("PATH_INFO") == "/favicon.ico":
+    if environ.get("REQUEST_METHOD") != "GET" or environ.get("PATH_INFO") != METRICS_PATH:
         return None
     params = parse_qs(str(environ.get("QUERY_STRING", "")))
     wanted = params.get("name[]")

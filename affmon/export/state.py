@@ -161,11 +161,15 @@ class ExportState:
     tracker: FindingTracker = field(default_factory=FindingTracker)
     findings: tuple[Finding, ...] = ()  # active, debounced, of processes still alive
     job_of: Mapping[int, int] = field(default_factory=dict)  # watched pid -> its job's root pid
+    # Root pids of the jobs that are training jobs (``Job.training``: the definition
+    # ``diagnose``, the monitor and the advice count by).
+    training_jobs: frozenset[int] = frozenset()
     loops: Mapping[int, LoopReport] = field(default_factory=dict)  # pid -> its training loop's breakdown
     samples_total: int = 0
     errors_total: int = 0
     sample_duration_s: float | None = None
     exporter_cpu_s: float | None = None
+    own_process: Mapping[str, float] = field(default_factory=dict)  # process_* sample name -> value
 
 
 def step(
@@ -174,14 +178,17 @@ def step(
     topology: Topology,
     expected_masks: ExpectedMasks | None = None,
     exporter_cpu_s: float | None = None,
+    own_process: Mapping[str, float] | None = None,
 ) -> ExportState:
-    """The state after one more sample."""
+    """The state after one more sample; ``own_process``: the exporter's ``process_*`` values,
+    read with it."""
     counted = replace(
         state,
         last_sample=sample,
         samples_total=state.samples_total + 1,
         sample_duration_s=sample.duration_s,
         exporter_cpu_s=exporter_cpu_s,
+        own_process=state.own_process if own_process is None else own_process,
     )
     # The tick every front end shares (findings of exited processes go with them).
     ticked = tick.advance(
@@ -197,6 +204,7 @@ def step(
         tracker=ticked.tracker,
         findings=ticked.findings,
         job_of={m.sample.pid: job.pid for job in ticked.jobs for m in job.members},
+        training_jobs=frozenset(job.pid for job in ticked.jobs if job.training),
         loops=ticked.loops,
     )
 
