@@ -206,8 +206,19 @@ def migrate_memory(
     try:
         not_moved = ops.migrate(pid, frozenset(sources), frozenset({to_node}))
     except OSError as exc:
-        message = f"memory not moved: {refusal(exc, pid, to_node)}"
-        return MigrationResult(False, True, to_node, sources, message, before=before, dry_run=dry_run)
+        # The kernel may stop part way (a node that fills up): what moved is read, not assumed.
+        after = None if dry_run else read(pid)
+        failed = MigrationResult(False, True, to_node, sources, "", before, after, None, dry_run)
+        moved = failed.moved_bytes
+        if moved:
+            message = (
+                f"memory moved only in part: {_mib(moved)} MiB went to node {to_node} before the kernel stopped "
+                f"({refusal(exc, pid, to_node)}); {_on(after, sources)} on node"
+                f"{'s' if len(sources) > 1 else ''} {format_cpulist(sources)}"
+            )
+        else:
+            message = f"memory not moved: {refusal(exc, pid, to_node)}"
+        return replace(failed, message=message)
     after = before if dry_run else read(pid)
     result = MigrationResult(True, True, to_node, sources, "", before, after, not_moved, dry_run)
     return _with_message(result)

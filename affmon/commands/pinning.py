@@ -19,6 +19,7 @@ from affmon.actions.migrate import MigrationResult, spans_nodes_message, target_
 from affmon.actions.pin import DryRunAffinity, MoveMemory, PinResult, pin
 from affmon.actions.undo import undo
 from affmon.collect.identity import resolve_pid, tgid_of
+from affmon.collect.numa_maps import read_numa_maps
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Selection
 from affmon.core.advice import (
@@ -162,6 +163,8 @@ def cmd_pin(args: argparse.Namespace) -> int:
             no_change = unchanged_by(pinned, cpus, [pid for pid, _ in isolate_candidates], topology)
             if no_change is None and not placement_cures(found, job.pid):
                 no_change = NOTHING_TO_PLACE
+            if no_change is not None and args.migrate_memory and memory_elsewhere(pid, topology, cpus):
+                no_change = None  # the masks stay; the pages are what --migrate-memory moves
             if no_change is not None:
                 return _no_change(args, pid, suggestion, no_change, [f for f in found if f.pid == job.pid and f.remedy])
     else:
@@ -199,6 +202,19 @@ def cmd_pin(args: argparse.Namespace) -> int:
         sys.stderr.write(f"affmon: threads pinned, but {term_safe(result.memory.message)}\n")
         return EXIT_FAILED
     return 0
+
+
+def memory_elsewhere(pid: int, topology: Topology, cpus: CpuSet) -> bool:
+    """Whether ``pid`` has resident memory on a node of CPUs other than the one node of
+    ``cpus``: what ``--migrate-memory`` would move, with or without a change of mask."""
+    to_node = target_node(topology, cpus)
+    if to_node is None or len(topology.cpu_numa_nodes) < 2:
+        return False
+    memory = read_numa_maps(pid)
+    cpu_nodes = {n.id for n in topology.cpu_numa_nodes}
+    return memory is not None and any(
+        size > 0 for node, size in memory.resident_bytes_by_node.items() if node != to_node and node in cpu_nodes
+    )
 
 
 def _no_change(args: argparse.Namespace, pid: int, suggestion: Suggestion, why: str, found: list[Finding]) -> int:

@@ -50,6 +50,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from affmon.actions.migrate import OsMemory
 from affmon.cli import main as affmon_main
 from bench.numa.lab_bandwidth import bandwidth_part
 from bench.numa.lab_gpus import LabGpu, fake_nvml, gpus_per_node, mount_pci_gpus, unmount_pci
@@ -212,11 +213,11 @@ def placement_part(workdir: Path) -> dict[str, Any]:
 
 
 def remote_round_trip(job: RunningJob, findings: list[dict[str, Any]]) -> dict[str, Any]:
-    """``pin --suggest --migrate-memory`` on the job (what it says), then the command the
-    REMOTE_MEMORY finding names, with the kernel's view around it."""
+    """The command the REMOTE_MEMORY finding names, with the kernel's view around it; then,
+    the job's pin undone and its pages sent back to node 0 (``migrate_pages`` directly),
+    ``pin --suggest --migrate-memory`` on the same job: its threads are on their node
+    already, its memory is not, and the migration is what the pin does."""
     out: dict[str, Any] = {"before": kernel_view(job)}
-    out["suggest"] = affmon("pin", str(job.pid), "--suggest", "--migrate-memory", "--json")
-    out["after_suggest"] = kernel_view(job)
     remote = next((f for f in findings if f.get("code") == "REMOTE_MEMORY"), None)
     args = None if remote is None else remedy_args(remote)
     out["finding_command"] = args
@@ -224,6 +225,11 @@ def remote_round_trip(job: RunningJob, findings: list[dict[str, Any]]) -> dict[s
         out["pin"] = affmon(*args, "--json")
         out["after"] = kernel_view(job)
         out["journal"] = journal_tail(1)
+        out["undo_pin"] = affmon("undo", str(job.pid), "--json")
+    OsMemory().migrate(job.pid, frozenset({1}), frozenset({0}))  # its pages back on the remote node
+    out["before_suggest"] = kernel_view(job)
+    out["suggest"] = affmon("pin", str(job.pid), "--suggest", "--migrate-memory", "--json")
+    out["after_suggest"] = kernel_view(job)
     return out
 
 
