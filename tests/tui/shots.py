@@ -45,7 +45,7 @@ SHOTS = (
     Shot("starved_job_selected_with_its_detail", "hogs", readme="findings.svg"),
     Shot("pin_modal", "narrow", keys=("r",), readme="pin_modal.svg"),
     Shot("thread_rows", "single_core", keys=("t",)),
-    Shot("help", "clean", keys=("question_mark",)),
+    Shot("help", "clean", keys=("question_mark",), readme="help.svg"),
     Shot("help_80x24", "clean", size=(80, 24), keys=("question_mark",)),
     # The demo at its end: the rank (below the hogs that used more CPU) and its history. The
     # cursor is still on the rank it followed while the rank was the worst job: once no job

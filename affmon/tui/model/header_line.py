@@ -60,11 +60,10 @@ def header_segments(h: HeaderView, *, paused: bool, clock_text: str) -> list[tup
     source = term_safe(h.source) + (f" {h.position}" if h.position else "")
     if h.finished:
         source += " (ended)"
-    segments.append((6 if h.source != "live" else 3, source, "warning" if h.finished else "muted"))
-    # Live, the clock outranks the interval: it is the one sign that the screen is live (at
-    # 140 columns without NVML its warning leaves room for one of them). A replay's position
-    # says more than its recorded time.
-    segments.append((6 if h.source == "live" else 4, clock_text, CLOCK))
+    # What the screen is outranks everything but the name, at every width: a replay says
+    # so with its position; live, the clock is the sign that it is live.
+    segments.append((9 if h.source != "live" else 3, source, "warning" if h.finished else "muted"))
+    segments.append((9 if h.source == "live" else 4, clock_text, CLOCK))
     segments.append((1, reading(h), READING))
     if paused:
         segments.append((10, "PAUSED", "error"))
