@@ -2,8 +2,8 @@
 # The monitor with nothing of interest running, next to htop, same window.
 #
 # tui_cost.py's "nothing running" row is measured by a python harness that captures the panes
-# eight times a second, and affmon watches python processes: that row has one busy python
-# process watched. This script is shell, so nothing is watched at all: affmon
+# eight times a second: a busy process on the machine, which affmon samples as another
+# process. This script is shell, so nothing but the two tools runs: affmon
 # (`python -m affmon --interval 1` from this checkout) and `htop -d 10` run in 140x40 panes of
 # a private tmux server, nothing captures them, and each one's CPU (utime + stime of all its
 # threads, /proc/PID/stat) is read at the start and the end of the window, --repeat times; the
