@@ -3,7 +3,8 @@ Prometheus's own linter says) and ``promtool test rules`` with the cases each al
 (contrib/prometheus/affmon-rules.test.yml): an exporter that stops answering fires
 ``AffmonExporterDown``; a healthy exporter scraped every 60 s, whose newest sample is up to a
 scrape interval old, fires nothing; a sampler that stops fires ``AffmonExporterStuck``; a
-starved job fires ``TrainingJobStarvedOfCpu`` once, after its 10 minutes. promtool is Debian's,
+starved job fires ``AffmonJobStarvedOfCpu`` once per finding (not per scrape job), after its
+10 minutes. promtool is Debian's,
 as tests/run unpacks it."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_rules_file_is_valid():
     checked = promtool("check", "rules", "affmon-rules.yml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 3 rules found" in checked.stdout
+    assert "SUCCESS: 16 rules found" in checked.stdout
 
 
 def test_each_alert_fires_where_it_should_and_nowhere_else():
