@@ -309,6 +309,37 @@ def test_no_drift_for_a_new_process_that_reused_a_pinned_pid(rec):
     assert "AFFINITY_DRIFT" not in codes(debounced(topology, samples, expected_masks=reused))
 
 
+def with_cpuset(samples: list[Sample], pid: int, cpus: str) -> list[Sample]:
+    """The recording with ``pid``'s cgroup cpuset made ``cpus``."""
+    allowed = parse_cpulist(cpus)
+    return [
+        dataclasses.replace(
+            s,
+            processes=tuple(dataclasses.replace(p, cgroup_cpus=allowed) if p.pid == pid else p for p in s.processes),
+        )
+        for s in samples
+    ]
+
+
+@pytest.mark.parametrize(
+    ("pinned", "cpuset", "drift"),
+    [
+        ("0-7", "0-5", False),  # a pin partly outside its cpuset runs on the part inside: the kernel's doing
+        ("6-7", "0-5", False),  # the cpuset shrank away from the pin: the whole cpuset, the kernel's doing
+        ("0-7", None, True),  # no cpuset said why: another program
+        ("0-3", "0-5", True),  # inside the cpuset, yet the threads run on all of it: another program
+    ],
+)
+def test_drift_tells_a_cpuset_change_from_another_program(rec, pinned: str, cpuset: str | None, drift: bool) -> None:
+    topology, samples = rec("pinned")  # its threads run on 0-5
+    pid = job_pid(topology, samples)
+    start = samples[-1].processes[[p.pid for p in samples[-1].processes].index(pid)].start_ticks
+    if cpuset is not None:
+        samples = with_cpuset(samples, pid, cpuset)
+    found = codes(debounced(topology, samples, expected_masks={(pid, start): parse_cpulist(pinned)}))
+    assert ("AFFINITY_DRIFT" in found) == drift
+
+
 # -- debouncing -----------------------------------------------------------------------------
 
 

@@ -154,6 +154,7 @@ class _Line:
                 memory=head.memory,
                 masks=head.masks,
                 unlisted=head.unlisted,
+                allowed=head.allowed,
             )
         return self._entry
 

@@ -188,6 +188,7 @@ class EntryHead(_Pinned):
     masks: tuple[ProcessMask, ...]
     unlisted: tuple[ProcessMask, ...]
     leads: tuple[ThreadRecord, ...]
+    allowed: CpuSet | None = None
 
     def _named(self) -> tuple[ThreadRecord, ...]:
         return self.leads
@@ -204,6 +205,7 @@ class EntryHead(_Pinned):
             state=state or self.state,
             since_ticks=self.since_ticks,
             memory=self.memory,
+            allowed=self.allowed,
         )
 
 
@@ -226,6 +228,10 @@ class JournalEntry(_Pinned):
     # A stacked pin's processes whose threads are not all in ``threads`` (module doc): every
     # thread of one that started before ``since_ticks`` and has no record had this mask.
     unlisted: tuple[ProcessMask, ...] = field(default=())
+    # What the pinned process's cpuset allowed when the pin began, where that is not all of
+    # ``cpus`` (None otherwise): the kernel ran its threads on the part of ``cpus`` inside
+    # it and keeps ``cpus`` as their request, which undo replaces with the old masks.
+    allowed: CpuSet | None = None
 
     def _named(self) -> tuple[ThreadRecord, ...]:
         return self.threads
@@ -243,6 +249,7 @@ class JournalEntry(_Pinned):
             masks=self.masks,
             unlisted=self.unlisted,
             leads=leads_of(self.threads),
+            allowed=self.allowed,
         )
 
 
@@ -333,8 +340,8 @@ def stacked(entry: JournalEntry, below: Collection[ProcessKey]) -> JournalEntry:
 
 def encode(entry: JournalEntry) -> dict[str, Any]:
     """The entry's JSON object; ``memory`` only when a migration was asked for, ``masks``
-    only for a split and ``unlisted`` only for a stacked pin, so every other entry keeps
-    the shape it always had."""
+    only for a split, ``unlisted`` only for a stacked pin and ``allowed`` only for a pin
+    its cpuset narrowed, so every other entry keeps the shape it always had."""
     spelled: dict[CpuSet, str] = {}  # a job's threads mostly share a few masks
     data = {
         "version": STACKED_VERSION if entry.unlisted else FORMAT_VERSION,
@@ -353,6 +360,8 @@ def encode(entry: JournalEntry) -> dict[str, Any]:
         data["masks"] = [
             {"pid": m.pid, "start_ticks": m.start_ticks, "cpus": format_cpulist(m.cpus)} for m in entry.masks
         ]
+    if entry.allowed is not None:
+        data["allowed"] = format_cpulist(entry.allowed)
     if entry.unlisted:
         data["unlisted"] = [
             {"pid": m.pid, "start_ticks": m.start_ticks, "old": format_cpulist(m.cpus)} for m in entry.unlisted
@@ -446,6 +455,7 @@ def decode(raw: Any) -> JournalEntry:
         memory=head.memory,
         masks=head.masks,
         unlisted=head.unlisted,
+        allowed=head.allowed,
     )
 
 
@@ -478,6 +488,7 @@ def decode_head(raw: Any, *, leads: bool = True) -> EntryHead:
         masks=masks,
         unlisted=_decode_masks(raw.get("unlisted"), "old"),
         leads=decode_records(raw["leads"]) if leads else (),
+        allowed=None if raw.get("allowed") is None else _cpus(raw["allowed"]),
     )
 
 

@@ -60,6 +60,7 @@ from affmon.actions.threads import (
     stat_or_none,
 )
 from affmon.actions.undo import still_there, sweep_new_threads
+from affmon.collect.cgroup import cgroup_cpuset
 from affmon.collect.identity import tgid_of, uptime_ticks
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs, StatFields
 from affmon.collect.sampler import descendants
@@ -158,6 +159,7 @@ class _Pin:
         self.in_force: list[EntryHead] = []  # the journal's pins in force when this one began
         self.move_memory: MoveMemory | None = None
         self.memory: MigrationResult | None = None
+        self.allowed: CpuSet | None = None  # the target's cpuset, when it allows only part of ``cpus``
 
     def run(self, isolate_candidates: Sequence[ProcessKey]) -> PinResult:
         if self.journal is None:
@@ -241,6 +243,7 @@ class _Pin:
                     f"PID {self.pid} was already pinned by affmon to CPUs {format_cpulist(earlier[-1].cpus)}"
                     f" ({earlier[-1].id}); this pin replaces it, and `affmon undo {self.pid}` undoes this one first"
                 )
+        self.allowed = self._cpuset_allows()
         self.entry = JournalEntry(
             id=new_entry_id(),
             time_s=time.time(),
@@ -248,8 +251,30 @@ class _Pin:
             start_ticks=stat.start_ticks,
             cpus=self.cpus,
             since_ticks=uptime_ticks(self.root),
+            allowed=self.allowed,
         )
         return None
+
+    def _cpuset_allows(self) -> CpuSet | None:
+        """What the target's cpuset allows, when that is only part of ``cpus`` (None
+        otherwise), said before anything changes: the kernel runs the threads on the part
+        inside it and keeps ``cpus`` as their request, which comes back in force if the
+        cpuset grows. None for a pin wholly outside (the kernel refuses it, in one line)."""
+        try:
+            allowed = cgroup_cpuset(self.root, self.pid)
+        except AffmonError:
+            return None
+        if allowed is None or self.cpus <= allowed or not self.cpus & allowed:
+            return None
+        outside = self.cpus - allowed
+        named = f"CPU {format_cpulist(outside)} is" if len(outside) == 1 else f"CPUs {format_cpulist(outside)} are"
+        self.notes.append(
+            f"{named} outside PID {self.pid}'s cpuset"
+            f" ({format_cpulist(allowed)}): its threads run on {format_cpulist(self.cpus & allowed)}; the kernel"
+            f" keeps {format_cpulist(self.cpus)} as their request (in force again if the cpuset grows), and"
+            " `affmon undo` puts back the masks from before"
+        )
+        return allowed
 
     # -- pinning -----------------------------------------------------------------
 
@@ -384,7 +409,8 @@ class _Pin:
                 self._note_after(tid, "set", self.cpus)
 
     def _mismatch_warning(self) -> str | None:
-        off = [t for t in self.results.values() if t.status == "set" and t.after != self.cpus]
+        said = self.cpus if self.allowed is None else self.cpus & self.allowed  # a cpuset's part is said already
+        off = [t for t in self.results.values() if t.status == "set" and t.after not in (self.cpus, said)]
         if not off:
             return None
         masks = sorted({format_cpulist(t.after) for t in off if t.after is not None})

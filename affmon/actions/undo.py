@@ -32,9 +32,10 @@ from affmon.actions.threads import (
     refusal_message,
     stat_or_none,
 )
+from affmon.collect.cgroup import cgroup_cpuset
 from affmon.collect.procfs import PF_NO_SETAFFINITY, ProcFs
 from affmon.collect.sampler import descendants
-from affmon.core.cpuset import CpuSet, format_cpulist
+from affmon.core.cpuset import CpuSet, format_cpulist, in_cpuset
 
 TaskKey = tuple[int, "int | None"]  # (TID, start ticks) as journaled
 
@@ -230,7 +231,9 @@ def _undo_entry(entry: JournalEntry, proc: ProcFs, ops: AffinityOps) -> list[Thr
             results.append(ThreadResult(record.pid, record.tid, None, None, "exited", "exited during the undo"))
             continue
         if mask == record.old_cpus:
-            results.append(ThreadResult(record.pid, record.tid, mask, mask, "restored", "already back"))
+            # Set again all the same: a cpuset that changed under the pin can show the old
+            # mask while the kernel keeps the pin's as the thread's request.
+            results.append(_restore(proc, ops, record.pid, record.tid, record.old_cpus, "already back"))
             continue
         if (record.role == "isolate" or mask not in entry.set_masks) and record.pid not in allowed:
             allowed[record.pid] = allowed_cpus(proc.root, record.pid)  # read only when needed
@@ -251,12 +254,13 @@ def _left_by(entry: JournalEntry, record: ThreadRecord, mask: CpuSet, allowed: C
     """Whether ``mask`` is one this entry left on ``record``'s thread: for a pinned thread,
     one of the masks the pin set; for a thread isolation moved aside, the mask isolation
     gave it (its old mask without the pin's CPUs, or its cgroup's when nothing was left);
-    either as the thread's cpuset narrowed it."""
+    either as the thread's cpuset narrowed it, or the whole cpuset where the cpuset shrank
+    away from it (the kernel keeps the pin's mask as the thread's request then)."""
     if record.role == "isolate":
         ours = frozenset({given_mask(record.old_cpus, entry.cpus, allowed or frozenset())})
     else:
         ours = entry.set_masks
-    return mask in ours or (allowed is not None and any(mask == (m & allowed) for m in ours))
+    return mask in ours or (allowed is not None and any(mask == in_cpuset(m, allowed) for m in ours))
 
 
 def unlisted_threads(proc: ProcFs, entry: JournalEntry) -> list[ThreadRecord]:
@@ -301,6 +305,11 @@ def sweep_new_threads(
     }
     for pid, masks in isolation_masks(proc, entry).items():
         inherited.setdefault(pid, (masks, "its mask before isolation moved its process"))
+    for pid, (masks, _back) in inherited.items():
+        allowed = cgroup_cpuset(proc.root, pid)
+        if allowed is not None:  # what its cpuset made of each mask, as it stands now
+            for given, old in list(masks.items()):
+                masks.setdefault(in_cpuset(given, allowed), old)
     results: list[ThreadResult] = []
     for pid, (masks, back) in inherited.items():
         results.extend(_sweep_process(proc, ops, pid, masks, recorded, f"created after the pin: {back}"))

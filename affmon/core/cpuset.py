@@ -134,3 +134,11 @@ def format_cpumask(cpus: Iterable[int]) -> str:
             break
     first, *rest = reversed(words)
     return ",".join([f"{first:x}", *(f"{w:08x}" for w in rest)])
+
+
+def in_cpuset(requested: CpuSet, allowed: CpuSet) -> CpuSet:
+    """The mask the kernel gives a task that asked for ``requested`` inside a cpuset that
+    allows ``allowed``: their common CPUs, or the whole cpuset when they have none (a
+    cpuset that shrank away from the request). The kernel keeps the request and applies it
+    again whenever the cpuset changes."""
+    return (requested & allowed) or allowed

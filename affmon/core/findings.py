@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from affmon.core.cpuset import CpuSet, format_cpulist
+from affmon.core.cpuset import CpuSet, format_cpulist, in_cpuset
 from affmon.core.domains import plural
 from affmon.core.fmt import term_safe
 from affmon.core.memory import rule_remote_memory
@@ -440,10 +440,14 @@ def rule_affinity_drift(job: Job, ctx: Context) -> list[Finding]:
         expected = ctx.expected_masks.get(member.sample.key)
         if expected is None:
             continue
+        # A cpuset that allows only part of the pin (or shrank away from it since) runs the
+        # threads on what the kernel makes of it: a cpuset's doing, not another program's.
+        cpuset = member.sample.cgroup_cpus
+        kernels = in_cpuset(expected, cpuset) if cpuset else expected
         drifted = [
             th.sample
             for th in member.threads
-            if th.sample.allowed_cpus is not None and th.sample.allowed_cpus != expected
+            if th.sample.allowed_cpus is not None and th.sample.allowed_cpus not in (expected, kernels)
         ]
         if drifted:
             masks = sorted({format_cpulist(th.allowed_cpus or ()) for th in drifted})
