@@ -37,6 +37,7 @@ from textual.binding import Binding, BindingType
 from textual.driver import Driver
 from textual.message import Message
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Input
 
 from affmon.core.errors import AffmonError
@@ -65,6 +66,7 @@ from affmon.tui.ticker import Ticker
 
 FIRST_INTERVAL_S = 0.5  # live: the first view covers this interval, then --interval
 MIN_DELAY_S = 0.01  # a tick that overran starts the next this soon
+NOTE_SECONDS = 10.0  # an action's message ("undone: masks restored") stays this long on the status line
 
 
 def next_delay(pace_s: float, started_s: float, now_s: float) -> float:
@@ -166,7 +168,8 @@ class AffmonApp(App[None]):
         self._trimmer = Trimmer(libc_trim())
         self._tick_started_s = 0.0  # when the newest sample's reading started (written by the thread reading it)
         self._error: str | None = None
-        self._note = ""
+        self._note = ""  # a message of the last action, shown for NOTE_SECONDS (``_say``)
+        self._note_timer: Timer | None = None
         self._palette: Palette | None = None
         self._panes_shown: tuple[object, ...] | None = None  # what the side panes were last built from
         self.panes = Panes()
@@ -490,8 +493,7 @@ class AffmonApp(App[None]):
         self.source = self.restart_source()
         self.monitor = Monitor(self.source.topology, self.source.info, history_len=self.monitor.history_len)
         self.demo_state = DemoState()
-        self._note = "playing the recording again from its start"
-        self._show_status()
+        self._say("playing the recording again from its start")
         if self.autostart and not self.paused:
             self.tick()
 
@@ -600,9 +602,21 @@ class AffmonApp(App[None]):
 
         self.push_screen(TuneScreen(view.snapshot, row.pid, self.pinner, self.pal), self._after_action)
 
+    def _say(self, note: str) -> None:
+        """Show ``note`` on the status line for ``NOTE_SECONDS``, in place of the selected
+        process's finding; then the finding comes back."""
+        self._note = note
+        if self._note_timer is not None:
+            self._note_timer.stop()
+        self._note_timer = self.set_timer(NOTE_SECONDS, self._forget_note)
+        self._show_status()
+
+    def _forget_note(self) -> None:
+        self._note, self._note_timer = "", None
+        self._show_status()
+
     def _after_action(self, summary: str | None) -> None:
         if summary:
-            self._note = summary
-            self._show_status()
+            self._say(summary)
         if summary and self.autostart and not self.paused:
             self.tick()  # show the new masks now (unless a tick is under way)

@@ -500,3 +500,25 @@ def test_affmon_readonly_in_the_environment_makes_the_monitor_read_only(monkeypa
     monkeypatch.setenv("AFFMON_READONLY", value)
     assert readonly(argparse.Namespace(readonly=False)) is expected
     assert readonly(argparse.Namespace(readonly=True)) is True
+
+
+def test_an_actions_message_expires_and_the_finding_comes_back(monkeypatch):
+    import affmon.tui.app as app_module
+
+    monkeypatch.setattr(app_module, "NOTE_SECONDS", 0.5)
+
+    async def go():
+        pinner = FakePinner()
+        app = replay_app("hogs", pinner)
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            before = shown_text(app, "#status")
+            assert "CONTENDED" in before or "STARVED" in before, before  # the selected job's worst finding
+            app._after_action("undone: masks restored")
+            await pilot.pause()
+            assert "undone: masks restored" in shown_text(app, "#status")
+            await pilot.pause(1.0)
+            after = shown_text(app, "#status")
+            assert "undone" not in after and after == before
+
+    run(go())
