@@ -84,6 +84,7 @@ from affmon.actions.journal_records import (
 from affmon.actions.journal_trust import check_owned, open_private_dir, reason
 from affmon.core.cpuset import CpuSet
 from affmon.core.errors import AffmonError
+from affmon.core.rule_base import CutShort, ExpectedPins
 
 __all__ = [
     "FINISHED",
@@ -419,6 +420,24 @@ class Journal:
         self._lock_fd = fd
         self._dir_fd = dir_fd
 
+    def in_progress(self) -> bool:
+        """Whether another affmon holds the lock now (a pin or undo under way): a pending
+        entry then may be its work, not one killed half way. Probed with a shared lock
+        taken and let go at once (a writer waiting for it retries 20 ms later)."""
+        try:
+            fd = os.open(self.path.with_name(f"{self.path.name}.lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False  # no lock file: no affmon has written this journal
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)  # closing it lets go of the lock
+        return False
+
     def _release(self) -> None:
         for fd in (self._lock_fd, self._dir_fd):
             if fd is not None:
@@ -571,7 +590,9 @@ class PinnedMasks:
                 self._masks = expected_masks(Journal(path))
             except (AffmonError, OSError):
                 self._masks = {}
-            self._seen = seen
+            # A pending entry read while an affmon held the lock is read again next time:
+            # that affmon may be killed before it writes again.
+            self._seen = None if getattr(self._masks, "unsure", False) else seen
         return self._masks
 
 
@@ -581,17 +602,28 @@ def pinned_masks() -> Mapping[ProcessKey, CpuSet]:
     return PinnedMasks()()
 
 
-def expected_masks(journal: Journal) -> dict[ProcessKey, CpuSet]:
+def expected_masks(journal: Journal) -> ExpectedPins:
     """(PID, start time) -> the CPUs affmon pinned that process to and has not undone (the
     newest applied pin of each process wins; within a split, the part that process was
     given), for a rule that reports a pin lost behind affmon's back. Keyed by start time
     too, so a new process that reused a pinned PID is never taken for the pinned one.
 
-    Only ``applied`` entries count: a ``pending`` one is a pin that crashed half way (its
-    masks are unknown until undone) or one still in progress."""
+    Only ``applied`` entries count: a ``pending`` one is a pin or an undo killed half way
+    (its masks are unknown until undone) or one still in progress. Those killed half way
+    (no affmon holds the lock) are ``cut_short``, for the rule to say `affmon undo` again
+    finishes them; while an affmon holds the lock none is, and ``unsure`` is True."""
     expected: dict[ProcessKey, CpuSet] = {}
+    pending: dict[ProcessKey, CutShort] = {}
     for entry in journal.heads():  # no thread record is needed
-        if entry.state == "applied":
+        if entry.state in ("applied", "pending"):
             for key in entry.pinned_processes():
-                expected[key] = entry.cpus_of(key)
-    return expected
+                if entry.state == "applied":  # the newest entry of a process says what to expect
+                    expected[key] = entry.cpus_of(key)
+                    pending.pop(key, None)
+                else:
+                    pending[key] = CutShort(entry.cpus_of(key), entry.pid)
+                    expected.pop(key, None)
+    busy = bool(pending) and journal.in_progress()
+    found = ExpectedPins(expected, {} if busy else pending)
+    found.unsure = busy
+    return found

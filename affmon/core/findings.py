@@ -34,7 +34,9 @@ from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
 from affmon.core.rule_base import (
     DEFAULT_THRESHOLDS,
     Context,
+    CutShort,
     ExpectedMasks,
+    ExpectedPins,
     Finding,
     Job,
     Severity,
@@ -56,7 +58,9 @@ __all__ = [
     "DEFAULT_THRESHOLDS",
     "BusyThreads",
     "Context",
+    "CutShort",
     "ExpectedMasks",
+    "ExpectedPins",
     "Finding",
     "FindingTracker",
     "Job",
@@ -436,9 +440,13 @@ def rule_pcie_degraded(gpu: GpuRates, t: Thresholds) -> Finding | None:
 
 def rule_affinity_drift(job: Job, ctx: Context) -> list[Finding]:
     findings = []
+    cut_short = ctx.expected_masks.cut_short if isinstance(ctx.expected_masks, ExpectedPins) else {}
     for member in job.members:
         expected = ctx.expected_masks.get(member.sample.key)
         if expected is None:
+            cut = cut_short.get(member.sample.key)
+            if cut is not None:
+                findings += _cut_short(job, member, cut)
             continue
         # A cpuset that allows only part of the pin (or shrank away from it since) runs the
         # threads on what the kernel makes of it: a cpuset's doing, not another program's.
@@ -464,6 +472,30 @@ def rule_affinity_drift(job: Job, ctx: Context) -> list[Finding]:
                 )
             )
     return merge_same_code(findings)
+
+
+def _cut_short(job: Job, member: ProcessRates, cut: CutShort) -> list[Finding]:
+    """A pin or undo of affmon killed half way, with threads still on the pin's mask (or
+    what the cpuset makes of it): not a pin other software reset; `affmon undo` finishes it."""
+    cpuset = member.sample.cgroup_cpus
+    masks = (cut.cpus, in_cpuset(cut.cpus, cpuset) if cpuset else cut.cpus)
+    left = [th.sample for th in member.threads if th.sample.allowed_cpus in masks]
+    if not left:
+        return []
+    again = f"run `affmon undo {cut.pid}` again"
+    return [
+        Finding(
+            "AFFINITY_DRIFT",
+            Severity.WARN,
+            job.pid,
+            tuple(th.tid for th in left),
+            f"affmon's pin of process {member.sample.pid} to CPUs {format_cpulist(cut.cpus)}, or its undo, was"
+            f" cut short: {len(left)} of its threads still have those CPUs; {again} to put them back",
+            {"pid": member.sample.pid, "pinned": format_cpulist(cut.cpus), "cut_short": True},
+            None,
+            remedy=f"{again}: it finishes the pin's undo (the journal entry is pending)",
+        )
+    ]
 
 
 def evaluate(snapshot: Snapshot, ctx: Context) -> list[Finding]:

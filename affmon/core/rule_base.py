@@ -315,6 +315,31 @@ ExpectedMasks = Mapping[tuple[int, int], CpuSet]
 
 
 @dataclass(frozen=True)
+class CutShort:
+    """A pin of affmon, or its undo, killed half way (its journal entry is pending and no
+    affmon is working on it): some threads of the process may still have ``cpus``, and
+    ``affmon undo PID`` (``pid``: the PID the pin was asked for) finishes putting them back."""
+
+    cpus: CpuSet
+    pid: int
+
+
+class ExpectedPins(dict[tuple[int, int], CpuSet]):
+    """``ExpectedMasks`` as the journal gives them, with ``cut_short``: (PID, start ticks)
+    -> a pin or undo of that process killed half way, which is not a pin other software
+    reset (the drift rule says to run ``affmon undo`` again instead)."""
+
+    def __init__(
+        self,
+        expected: Mapping[tuple[int, int], CpuSet] | None = None,
+        cut_short: Mapping[tuple[int, int], CutShort] | None = None,
+    ) -> None:
+        super().__init__(expected or {})
+        self.cut_short: Mapping[tuple[int, int], CutShort] = dict(cut_short or {})
+        self.unsure = False  # read while an affmon held the journal's lock: read it again
+
+
+@dataclass(frozen=True)
 class Context:
     topology: Topology
     thresholds: Thresholds = DEFAULT_THRESHOLDS

@@ -69,7 +69,9 @@ def advance(state: Tick, sample: Sample, expected_masks: ExpectedMasks | None = 
     if previous is None or sample.monotonic_s <= previous.monotonic_s:
         return taken
     snapshot = make_snapshot(previous, sample, state.topology, before=state.snapshot)
-    found = evaluate(snapshot, Context(state.topology, state.thresholds, expected_masks or {}))
+    found = evaluate(
+        snapshot, Context(state.topology, state.thresholds, {} if expected_masks is None else expected_masks)
+    )
     loops = loop_reports(snapshot)
     found = _worst_first(reconciled(found + loop_findings(loops)))
     tracker = _prune(state.tracker.update(found), {p.pid for p in sample.processes})
