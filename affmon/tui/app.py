@@ -108,7 +108,7 @@ class AffmonApp(App[None]):
         Binding("escape", "clear_filter", "Clear filter", show=False),
         # htop's keys
         Binding("f1,h", "help", "Help", show=False),
-        Binding("f6", "sort", "Sort", show=False),
+        Binding("f6", "sort_menu", "Sort by", show=False),
         Binding("I", "reverse_sort", "Reverse sort", show=False),
         Binding("f9,k", "kill", "Kill", show=False),
         Binding("f10", "quit", "Quit", show=False),
@@ -451,6 +451,18 @@ class AffmonApp(App[None]):
 
     def action_sort(self) -> None:
         self.options = dataclasses.replace(self.options, sort=next_sort(self.options.sort))
+        self._render_view()
+        self._show_status()
+
+    def action_sort_menu(self) -> None:
+        from affmon.tui.sort_screen import SortScreen
+
+        self.push_screen(SortScreen(self.options.sort, self.options.reverse), self._sort_chosen)
+
+    def _sort_chosen(self, key: str | None) -> None:
+        if key is None or key == self.options.sort:
+            return
+        self.options = dataclasses.replace(self.options, sort=key)
         self._render_view()
         self._show_status()
 

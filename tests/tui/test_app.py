@@ -91,7 +91,9 @@ def test_sort_cycles_and_reorders():
             assert app.options.sort == "cpu" and "sort CPU %" in shown_text(app, "#status")
             first = app.view.process(int(table(app)._keys[0].split(":")[1]))
             assert first is not None and first.cpu_percent > 99
-            await pilot.press("s", "s", "s")
+            from affmon.tui.model.table import SORTS
+
+            await pilot.press(*["s"] * (len(SORTS) - 1))  # round every column, back to findings
             assert app.options.sort == "findings" and table(app)._keys[0] == "p:608"
 
     run(go())
@@ -522,3 +524,59 @@ def test_an_actions_message_expires_and_the_finding_comes_back(monkeypatch):
             assert "undone" not in after and after == before
 
     run(go())
+
+
+def test_f6_lists_every_column_with_the_sorted_one_marked_and_enter_sorts_by_it():
+    from textual.widgets import OptionList
+
+    from affmon.tui.model.table import SORTS
+    from affmon.tui.sort_screen import SortScreen
+
+    async def go():
+        app = replay_app("hogs")
+        async with app.run_test(size=SIZE) as pilot:
+            await play(pilot)
+            await pilot.press("f6")
+            assert isinstance(app.screen, SortScreen)
+            listing = app.screen.query_one(OptionList)
+            labels = [str(listing.get_option_at_index(i).prompt) for i in range(listing.option_count)]
+            assert len(labels) == len(SORTS) >= 12
+            assert labels[0].startswith("▼ findings") and all(not x.startswith("▼") for x in labels[1:])
+            # down to "threads", Enter: the table sorts by it, its header marked
+            for _ in range(list(SORTS).index("thr")):
+                await pilot.press("down")
+            await pilot.press("enter")
+            await pilot.pause()
+            assert not isinstance(app.screen, SortScreen) and app.options.sort == "thr"
+            assert "sort threads" in shown_text(app, "#status")
+            await pilot.press("I")
+            assert app.options.reverse
+            await pilot.press("f6")
+            assert str(
+                app.screen.query_one(OptionList).get_option_at_index(list(SORTS).index("thr")).prompt
+            ).startswith("▲")
+            await pilot.press("escape")
+            assert app.options.sort == "thr"
+
+    run(go())
+
+
+def test_every_sort_orders_the_rows_and_s_cycles_through_them_all():
+    from affmon.tui.model.table import SORTS, TableOptions, next_sort, table_rows
+    from tests.recordings import views
+
+    view = views("hogs")[-1]
+    seen = []
+    key = "findings"
+    for _ in SORTS:
+        rows = table_rows(view, TableOptions(sort=key, training_only=False))
+        assert rows  # every sort gives the same rows, in its order
+        seen.append(key)
+        key = next_sort(key)
+    assert key == "findings" and sorted(seen) == sorted(SORTS)
+    by_threads = [
+        r.process.threads
+        for r in table_rows(view, TableOptions(sort="thr", training_only=False))
+        if r.depth == 0 and r.process
+    ]
+    assert by_threads == sorted(by_threads, reverse=True)

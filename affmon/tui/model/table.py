@@ -8,23 +8,33 @@ ancestors (the tree stays readable). Thread rows, when on, follow their process.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from affmon.core.fmt import short_code
 from affmon.tui.model.views import ProcessRow, ThreadRow, View, shown_cpu, shown_wait, thread_rows
 
-# Sort keys in the order `s` cycles through them, with what the status line says.
+# Sort keys in the order `s` cycles through them (F6 lists them all, as htop does), with
+# what the status line says.
 SORTS = {
     "findings": "findings, then CPU",
     "cpu": "CPU %",
     "wait": "wait %",
     "pid": "PID",
+    "command": "command",
+    "ran": "CPUs it ran on",
+    "mask": "mask",
+    "gpu": "GPU",
+    "thr": "threads",
+    "sw": "switches/s",
+    "mig": "migrations/s",
+    "nodes": "NUMA nodes",
+    "user": "user",
 }
 
 
 # The column each sort orders by: its header carries the marker (▼, or ▲ reversed).
-SORT_COLUMNS = {"findings": "findings", "cpu": "cpu", "wait": "wait", "pid": "pid"}
+SORT_COLUMNS = {key: key for key in SORTS}
 
 
 def next_sort(current: str) -> str:
@@ -69,12 +79,40 @@ def _num(value: float | None) -> float:
     return -1.0 if value is None else value
 
 
+def _first(cpus: Iterable[int] | None) -> float | None:
+    return float(min(cpus)) if cpus else None
+
+
+# Columns of text sort A to Z; of CPUs, GPUs and nodes, by the lowest one; counts and
+# rates, the most first. Unknown values go last.
+TEXT_SORTS: dict[str, Callable[[ProcessRow], str]] = {"command": lambda r: r.name, "user": lambda r: r.user or "~"}
+NUMBER_SORTS: dict[str, tuple[Callable[[ProcessRow], float | None], bool]] = {
+    "ran": (lambda r: _first(r.ran_on_cpus), False),
+    "mask": (lambda r: _first(r.mask), False),
+    "gpu": (lambda r: _first(r.gpus), False),
+    "nodes": (lambda r: _first(r.ran_on_nodes), False),
+    "thr": (lambda r: float(r.threads), True),
+    "sw": (lambda r: r.switches_per_s, True),
+    "mig": (lambda r: r.migrations_per_s, True),
+}
+
+
 def sort_key(sort: str, row: ProcessRow) -> tuple[float, ...]:
     """Ascending order puts the row to show first first. Rates sort as the table shows
     them (``shown_cpu``, ``shown_wait``): rows whose figures read the same stay in PID
     order instead of trading places every tick by a difference no one can see."""
     if sort == "pid":
         return (row.pid,)
+    text = TEXT_SORTS.get(sort)
+    if text is not None:
+        return (*(float(ord(c)) for c in text(row).lower()[:32]), float("inf"), row.pid)
+    number = NUMBER_SORTS.get(sort)
+    if number is not None:
+        get, most_first = number
+        value = get(row)
+        if value is None:
+            return (1.0, 0.0, row.pid)
+        return (0.0, -value if most_first else value, row.pid)
     if sort == "wait":
         return (-shown_wait(row.wait_ratio), -shown_cpu(row.cpu_percent), row.pid)
     if sort == "cpu":
