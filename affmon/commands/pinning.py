@@ -273,7 +273,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
     if pid is None and not args.all:
         # Bare `affmon undo`, what a pin's last line suggests: the newest pin still in force.
         journal = Journal(path)
-        live = [e for e in journal.entries() if e.state in ("pending", "applied")]
+        live = [e for e in journal.heads() if e.state in ("pending", "applied")]  # no thread record is needed
         if not live:
             sys.stderr.write(f"affmon: nothing to undo: no pin of affmon is in force (journal {path})\n")
             return 0

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from affmon.actions.journal import Journal, JournalEntry, default_journal_path
+from affmon.actions.journal import EntryHead, Journal, JournalEntry, default_journal_path
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Selection
 from affmon.core.cpuset import format_cpulist
@@ -110,16 +110,11 @@ class SystemPinner:
         from affmon.core.advice import propose_pin
 
         self._topology = snapshot.topology
-        try:
-            in_force = [e for e in self._journal().entries() if e.state == "applied"]
+        try:  # heads only: no pin's thread records are needed to propose one
+            in_force = [e for e in self._journal().heads() if e.state == "applied"]
         except AffmonError:
             in_force = []  # the pin will say what is wrong with the journal
-        moved = {
-            (r.pid, r.start_ticks)
-            for e in in_force
-            for r in e.threads
-            if r.role == "isolate" and r.tid == r.pid and r.start_ticks is not None
-        }
+        moved = {key for e in in_force for key in e.isolated_processes()}
         from affmon.actions.isolate import judge
 
         def judged(job_pid: int, other: int, start: int) -> str | None:
@@ -167,21 +162,27 @@ class SystemPinner:
         )
 
     def _newest(self) -> JournalEntry | None:
-        """The newest pin still in force: some thread it recorded still runs (a pin whose
-        processes have all exited has nothing to undo). Raises ``AffmonError`` when the
-        journal cannot be read or is not trusted."""
-        from affmon.actions.undo import still_there
+        """The newest pin still in force: a process it pinned or moved aside still runs (a
+        pin whose processes have all exited has nothing to undo). Its thread records are
+        read, no other entry's. Raises ``AffmonError`` when the journal cannot be read or is
+        not trusted."""
+        from affmon.actions.threads import stat_or_none
 
         journal = self._journal()
         if not journal.path.exists():
             return None
         proc = ProcFs("/")
-        live = [
-            e
-            for e in journal.entries()
-            if e.state in ("pending", "applied") and any(still_there(proc, r) for r in e.threads)
-        ]
-        return live[-1] if live else None
+
+        def alive(head: EntryHead) -> bool:
+            keys = [*head.pinned_processes(), *head.isolated_processes()]
+            return any(
+                (stat := stat_or_none(proc, pid)) is not None and stat.start_ticks == start for pid, start in keys
+            )
+
+        for head in reversed(journal.heads()):
+            if head.state in ("pending", "applied") and alive(head):
+                return journal.get(head.id)
+        return None
 
     def last_pin(self) -> str | None:
         """One line about the pin ``undo_last`` would undo; None when there is none. Raises
