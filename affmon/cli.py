@@ -202,6 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --with-children, also pin descendants of another user or session (default: refuse)",
     )
     pin.add_argument(
+        "--skip-refused",
+        action="store_true",
+        help="with --with-children, leave a descendant the kernel refuses to change (a setuid program) as it is"
+        " and pin the others (default: the pin fails and changes nothing)",
+    )
+    pin.add_argument(
         "--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling for --suggest (default 1)"
     )
     pin.add_argument("--json", action="store_true", help="print JSON")

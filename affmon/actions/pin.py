@@ -57,6 +57,7 @@ from affmon.actions.threads import (
     ThreadStatus,
     einval_message,
     refusal_message,
+    setuid_note,
     stat_or_none,
 )
 from affmon.actions.undo import still_there, sweep_new_threads
@@ -117,6 +118,7 @@ def pin(
     isolate_all: bool = False,
     move_memory: MoveMemory | None = None,
     include_others: bool = False,
+    skip_refused: bool = False,
 ) -> PinResult:
     """Set every thread of ``pid`` (with its descendants when ``with_children``: the job's
     own, the same user and session, unless ``include_others``) to
@@ -124,13 +126,17 @@ def pin(
     start time) off them, those the isolation rule allows (all but PID 1 and kernel
     threads with ``isolate_all``). ``start_ticks``: the start time of the process meant;
     another process holding the PID now is refused. ``move_memory``: then move the
-    process's pages to the node of ``cpus`` (module doc). Never raises for a system
-    refusal: the result says what happened."""
+    process's pages to the node of ``cpus`` (module doc). A descendant whose threads the
+    kernel refuses to change (EPERM: a setuid program, a security policy) fails the pin,
+    naming it and why; with ``skip_refused`` its threads are left as they are and named,
+    and the others pinned. Never raises for a system refusal: the result says what
+    happened."""
     job = _Pin(pid, frozenset(cpus), with_children, root, ops or OsAffinity(), journal)
     job.expected_start = start_ticks
     job.isolate_all = isolate_all
     job.move_memory = move_memory
     job.include_others = include_others
+    job.skip_refused = skip_refused
     return job.run(isolate_candidates if isolate else ())
 
 
@@ -155,6 +161,8 @@ class _Pin:
         self.expected_start: int | None = None
         self.isolate_all = False
         self.include_others = False
+        self.skip_refused = False
+        self.refused: set[int] = set()  # descendants the kernel refused, left as they are (skip_refused)
         self.notes: list[str] = []
         self.in_force: list[EntryHead] = []  # the journal's pins in force when this one began
         self.move_memory: MoveMemory | None = None
@@ -284,7 +292,7 @@ class _Pin:
         the loop going (a process that creates threads all the time still converges)."""
         for round_number in range(1, MAX_ROUNDS + 1):
             fresh: list[ThreadRecord] = []
-            for target in self._targets():
+            for target in (t for t in self._targets() if t not in self.refused):
                 for tid in sorted(self.proc.tids(target)):
                     if tid in self.results:
                         continue
@@ -395,11 +403,28 @@ class _Pin:
         return True
 
     def _on_error(self, exc: OSError, pid: int, tid: int, before: CpuSet | None) -> None:
-        """ESRCH: the thread exited, which is normal. Anything else fails the pin."""
+        """ESRCH: the thread exited, which is normal. EPERM on a descendant (not the job's
+        own process): named with why, and left with ``skip_refused``. Anything else fails
+        the pin."""
         if exc.errno == errno.ESRCH:
             self._note(pid, tid, before, None, "exited", "exited while being pinned")
             return
         message = self._refusal_message(exc, pid, tid, self.cpus)
+        if exc.errno == errno.EPERM and pid != self.pid:
+            stat = self._stat(pid)
+            name = term_safe(stat.comm) if stat is not None else "gone"
+            setuid = setuid_note(self.root, pid)
+            if setuid:
+                message = f"PID {pid} ({name}) under PID {self.pid} {setuid}: not permitted to change its affinity"
+            else:
+                message = f"PID {pid} ({name}) under PID {self.pid}: {message}"
+            if self.skip_refused:
+                if pid not in self.refused:
+                    self.refused.add(pid)
+                    self.notes.append(f"{message}: left as it is (--skip-refused), the others pinned")
+                self._note(pid, tid, before, before, "not-moved", "left: the kernel refused its change")
+                return
+            message += "; pass --skip-refused to pin the others without it"
         self._note(pid, tid, before, None, "failed", message)
         raise _Failure(message)
 

@@ -103,6 +103,21 @@ def refusal_message(proc: ProcFs, exc: OSError, pid: int, tid: int, cpus: CpuSet
     return f"cannot set the affinity of thread {tid} of PID {pid}: {exc.strerror or exc}"
 
 
+def setuid_note(root: str, pid: int) -> str:
+    """What makes the kernel refuse a process's owner a change of its affinity, when that
+    is it: "runs a setuid program (effective user X, real user Y)" when its effective or
+    saved user is not its real one; "" otherwise."""
+    uids = _status_value(f"/proc/{pid}/status", "Uid", root)
+    try:
+        real, effective, saved = (int(uid) for uid in (uids or "").split()[:3])
+    except ValueError:
+        return ""
+    if effective == real and saved == real:
+        return ""
+    other = effective if effective != real else saved
+    return f"runs a setuid program (effective user {user_name(other)}, real user {user_name(real)})"
+
+
 def einval_message(cpus: CpuSet, pid: int, *, fixed: bool) -> str:
     why = "a kernel thread whose affinity the kernel fixes" if fixed else "its cgroup cpuset, or offline CPUs"
     return f"CPUs {format_cpulist(cpus)} are outside what PID {pid} may use ({why})"
@@ -138,8 +153,8 @@ def owner_allows(tid: int) -> bool:
     return os.geteuid() in (real, effective)
 
 
-def _status_value(path: str, key: str) -> str | None:
-    text = read_text("/", path)
+def _status_value(path: str, key: str, root: str = "/") -> str | None:
+    text = read_text(root, path)
     for line in (text or "").split("\n"):
         name, sep, value = line.partition(":")
         if sep and name == key:

@@ -233,7 +233,10 @@ def _undo_entry(entry: JournalEntry, proc: ProcFs, ops: AffinityOps) -> list[Thr
         if mask == record.old_cpus:
             # Set again all the same: a cpuset that changed under the pin can show the old
             # mask while the kernel keeps the pin's as the thread's request.
-            results.append(_restore(proc, ops, record.pid, record.tid, record.old_cpus, "already back"))
+            back = _restore(proc, ops, record.pid, record.tid, record.old_cpus, "already back")
+            if back.status == "failed":  # the kernel refuses it (a setuid program): it has its mask all the same
+                back = ThreadResult(record.pid, record.tid, mask, mask, "restored", "already back")
+            results.append(back)
             continue
         if (record.role == "isolate" or mask not in entry.set_masks) and record.pid not in allowed:
             allowed[record.pid] = allowed_cpus(proc.root, record.pid)  # read only when needed

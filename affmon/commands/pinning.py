@@ -187,6 +187,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
         isolate_all=args.isolate_all,
         move_memory=MoveMemory(topology) if args.migrate_memory else None,
         include_others=args.include_others,
+        skip_refused=args.skip_refused,
     )
     if args.json:
         print(json.dumps(pin_json(result, suggestion), indent=2))
