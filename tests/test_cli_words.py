@@ -38,3 +38,17 @@ def test_a_plan_names_the_gpus_it_is_for_once():
     assert out.returncode == 0, out.stderr
     first = out.stdout.splitlines()[0]
     assert first == "GPUs planned: every GPU in the topology", first
+
+
+def test_a_pins_thread_lines_have_a_column_header_and_an_undo_counts_its_pins():
+    from affmon.actions.describe import THREAD_HEADER, result_text, undo_text
+    from affmon.actions.pin import PinResult
+    from affmon.actions.threads import ThreadResult
+    from affmon.actions.undo import UndoResult
+
+    moved = ThreadResult(10, 11, frozenset({0, 1}), frozenset({1}), "set", "")
+    result = PinResult(ok=True, cpus=frozenset({1}), threads=(moved,), error=None, rolled_back=False, journal_id="e1")
+    lines = result_text(result)
+    assert lines[0] == THREAD_HEADER and "MASK BEFORE" in lines[0]
+    assert lines[1].split()[:3] == ["10", "11", "set"]
+    assert undo_text(UndoResult(True, ("e1",), (), None)) == ["undid 1 pin: e1"]

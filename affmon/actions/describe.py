@@ -25,6 +25,14 @@ def thread_line(t: ThreadResult) -> str:
     return f"  {t.pid:>8} {t.tid:>8} {t.status:<10} {before:>12} -> {after:<12}{note}"
 
 
+THREAD_HEADER = f"  {'PID':>8} {'TID':>8} {'RESULT':<10} {'MASK BEFORE':>12} -> {'AFTER':<12}"
+
+
+def thread_lines(threads: list[ThreadResult]) -> list[str]:
+    """The threads' lines under their column header (none without threads)."""
+    return [THREAD_HEADER, *(thread_line(t) for t in threads)] if threads else []
+
+
 def _kept(t: ThreadResult) -> bool:
     """A thread a pin 'set' to the mask it already had: nothing changed for it."""
     return t.status == "set" and t.before is not None and t.before == t.after
@@ -39,7 +47,7 @@ def result_text(result: PinResult) -> list[str]:
     for t in result.threads:
         counts[t.status] = counts.get(t.status, 0) + 1
     kept = [t for t in result.threads if _kept(t)] if result.ok else []
-    lines = [thread_line(t) for t in result.threads if not (result.ok and _kept(t))]
+    lines = thread_lines([t for t in result.threads if not (result.ok and _kept(t))])
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     if kept:
         lines.append(
@@ -99,8 +107,8 @@ def moved_lines(result: PinResult) -> list[str]:
 def undo_text(result: UndoResult) -> list[str]:
     """Every thread touched, then what was undone; on a failure too, so the user knows
     exactly what was restored."""
-    lines = [thread_line(t) for t in result.threads]
+    lines = thread_lines(list(result.threads))
     if result.ok or result.entry_ids:
-        lines.append(f"undid {len(result.entry_ids)} pin(s): {', '.join(result.entry_ids) or 'none'}")
+        lines.append(f"undid {plural(len(result.entry_ids), 'pin')}: {', '.join(result.entry_ids) or 'none'}")
     lines += [f"memory: {term_safe(note)}" for note in result.notes]
     return lines

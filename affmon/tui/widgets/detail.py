@@ -227,6 +227,7 @@ class ThreadTable(CellTable):
         rows = tuple(rows)
         if rows == self._rows and p == self._palette:
             return
+        self.show_header = bool(rows)  # no selection: no column header beside the placeholder
         old = self._rows if p == self._palette else ()
         shown = self._shown
         cells = [
