@@ -2,9 +2,10 @@
 ``/metrics`` for Prometheus (docs/export.md).
 
 Bound to loopback unless ``--listen`` asks for more. Everything that can fail before
-serving (a bad ``--listen``, a port in use, a ``--pid`` that does not exist) fails as
-one line and exit status 2; SIGTERM stops it cleanly with status 0. This module imports
-prometheus-client only when the command runs, so ``affmon --help`` does not need it.
+serving (a bad ``--listen``, a port in use, a ``--pid`` that does not exist, a recording
+that is missing or damaged) fails as one line and exit status 2; SIGTERM stops it cleanly
+with status 0. This module imports prometheus-client only when the command runs, so
+``affmon --help`` does not need it.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def listen_address(text: str) -> tuple[str, int]:
 
 
 def add_export_parser(subparsers: argparse._SubParsersAction[Any]) -> argparse.ArgumentParser:
-    from affmon.commands.argtypes import count, pid, seconds  # the same checks and messages as every other command
+    # the same checks and messages as every other command
+    from affmon.commands.argtypes import count, pid, seconds, speed
     from affmon.export import MAX_THREADS
 
     export: argparse.ArgumentParser = subparsers.add_parser(
@@ -66,7 +68,10 @@ def add_export_parser(subparsers: argparse._SubParsersAction[Any]) -> argparse.A
         "every IPv4 interface, [::]:9808 every interface)",
     )
     export.add_argument(
-        "--interval", type=seconds, default=1.0, metavar="SECONDS", help="sampling interval (default 1)"
+        "--interval",
+        type=seconds,
+        metavar="SECONDS",
+        help="sampling interval (default 1; a recording is played at its own pace)",
     )
     export.add_argument("--pid", type=pid, action="append", default=[], help="export PID and its descendants only")
     export.add_argument("--threads", action="store_true", help="also per-thread series (many; see docs/export.md)")
@@ -78,41 +83,131 @@ def add_export_parser(subparsers: argparse._SubParsersAction[Any]) -> argparse.A
         help=f"with --threads: per-thread series for at most N threads, the busiest over the last interval; "
         f"affmon_export_threads_left_out counts the rest (default {MAX_THREADS})",
     )
+    export.add_argument(
+        "--replay",
+        dest="export_replay",
+        metavar="FILE",
+        help="serve a recording (affmon record; .gz too) as if live, paced as recorded, from its start again "
+        "when it ends (docs/export.md, a fleet on one machine)",
+    )
+    export.add_argument(
+        "--demo",
+        dest="export_demo",
+        action="store_true",
+        help="serve the recording --demo replays (an H200 job starved by CPU hogs, then fixed)",
+    )
+    export.add_argument(
+        "--speed",
+        dest="export_speed",
+        type=speed,
+        default=1.0,
+        metavar="X",
+        help="with --replay or --demo: play at X times the recorded pace (default 1)",
+    )
+    export.add_argument(
+        "--once",
+        dest="export_once",
+        action="store_true",
+        help="with --replay or --demo: play the recording once, then serve the state it left "
+        "(affmon_export_replay_ended 1)",
+    )
     return export
 
 
+def replay_path(args: argparse.Namespace) -> str | None:
+    """The recording to serve, None live; the options that do not go with one refused."""
+    from affmon.commands.tui import demo_recording
+    from affmon.core.errors import AffmonError
+
+    path: str | None = args.export_replay
+    if args.export_demo:
+        if path is not None:
+            raise AffmonError("--demo and --replay do not go together: --demo serves the recording shipped with affmon")
+        path = demo_recording()
+    if path is None:
+        for given, name in ((args.export_once, "--once"), (args.export_speed != 1.0, "--speed")):
+            if given:
+                raise AffmonError(f"{name} goes with --replay or --demo: it says how a recording is played")
+        return None
+    if args.pid:
+        raise AffmonError("--pid and --replay do not go together: a recording has its own processes")
+    if args.interval is not None:
+        raise AffmonError("--interval and --replay do not go together: a recording is played at its own pace (--speed)")
+    return path
+
+
 def cmd_export(args: argparse.Namespace) -> int:
+    path = replay_path(args)
+    if path is not None:
+        return _serve_recording(args, path)
+    return _serve_live(args)
+
+
+def _serve(args: argparse.Namespace, exporter: Any, what: str) -> int:
+    """Listen, sample, say where on one line, and serve until SIGTERM."""
+    from affmon.core.fmt import term_safe
+    from affmon.export.service import format_address
+
+    host, port = args.listen
+    bound = exporter.listen(host, port)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        exporter.start()
+        sys.stderr.write(f"affmon export: serving http://{format_address(*bound)}/metrics, {term_safe(what)}\n")
+        sys.stderr.flush()
+        stop.wait()
+    finally:
+        exporter.stop()
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def _serve_recording(args: argparse.Namespace, path: str) -> int:
+    from affmon.export.replay import ReplayFeed
+    from affmon.export.server import raise_fd_limit
+    from affmon.export.service import Exporter
+
+    feed = ReplayFeed(path, args.export_speed, loop=not args.export_once)
+    try:
+        raise_fd_limit()
+        exporter = Exporter(
+            feed.sample,
+            feed.topology,
+            interval_s=feed.info.interval_s,
+            threads=args.threads,
+            max_threads=args.max_threads,
+            nvml_available=feed.header.nvml is not None,
+            pace_s=feed.pace_s,
+            replay=lambda: feed.status,
+        )
+        speed = "" if args.export_speed == 1 else f" at x{args.export_speed:g}"
+        what = (
+            f"replaying {feed.name} ({feed.samples} samples every {feed.info.interval_s:g} s{speed}, "
+            f"recorded on {feed.info.host}), {'once' if args.export_once else 'looping'}"
+        )
+        return _serve(args, exporter, what)
+    finally:
+        feed.close()
+
+
+def _serve_live(args: argparse.Namespace) -> int:
     from affmon.actions.journal import PinnedMasks
     from affmon.collect.sampler import Selection
-    from affmon.core.fmt import term_safe
     from affmon.export.server import raise_fd_limit
-    from affmon.export.service import Exporter, format_address
+    from affmon.export.service import Exporter
     from affmon.sources.live import live_sources
 
     raise_fd_limit()  # the connection limit takes at most half of what is free (affmon.export.server)
-    host, port = args.listen
+    interval = 1.0 if args.interval is None else args.interval
     with live_sources(Selection(pids=tuple(args.pid), others=True), loops=True) as src:
         exporter = Exporter(
             src.sample,
             src.topology,
-            interval_s=args.interval,
+            interval_s=interval,
             threads=args.threads,
             max_threads=args.max_threads,
             nvml_available=src.gateway is not None and src.gateway.available,
             expected_masks=PinnedMasks(),
         )
-        bound = exporter.listen(host, port)
-        stop = threading.Event()
-        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        try:
-            exporter.start()
-            sys.stderr.write(
-                f"affmon export: serving http://{format_address(*bound)}/metrics, "
-                f"sampling every {args.interval:g} s; {term_safe(src.nvml_status or 'no NVML')}\n"
-            )
-            sys.stderr.flush()
-            stop.wait()
-        finally:
-            exporter.stop()
-            signal.signal(signal.SIGTERM, previous)
-    return 0
+        return _serve(args, exporter, f"sampling every {interval:g} s; {src.nvml_status or 'no NVML'}")

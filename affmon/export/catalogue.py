@@ -195,6 +195,18 @@ EXPORT_THREADS_LEFT_OUT = MetricSpec(
     "busy (CPU time plus run-queue wait over the last interval) are left out.",
     per_thread=True,
 )
+EXPORT_REPLAY_ENDED = _exporter(
+    "replay_ended",
+    "gauge",
+    "Only when serving a recording (--replay, --demo): 1 once a replay played once (--once) has played its "
+    "last sample, and the state it left is served unchanged; 0 while it plays.",
+)
+EXPORT_REPLAY_RESTARTS = _exporter(
+    "replay_restarts_total",
+    "counter",
+    "Only when serving a recording (--replay, --demo): times it was started again from its start "
+    "(it loops unless --once).",
+)
 
 BUILD_INFO = MetricSpec(
     "affmon_build_info", "gauge", ("version", "python_version"), "Always 1. The affmon and Python versions serving."
@@ -256,6 +268,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     EXPORT_CPU,
     EXPORT_NVML,
     EXPORT_THREADS_LEFT_OUT,
+    EXPORT_REPLAY_ENDED,
+    EXPORT_REPLAY_RESTARTS,
     BUILD_INFO,
     *SELF,
 )

@@ -177,6 +177,9 @@ def families(state: ExportState, *, threads: bool = False, max_threads: int = MA
     out.add(m.EXPORT_CPU, (), state.exporter_cpu_s)
     out.add(m.EXPORT_NVML, (), 1 if state.nvml_available else 0)
     out.add(m.EXPORT_THREADS_LEFT_OUT, (), left_out)  # kept out by _Builder without ``threads``
+    if state.replay is not None:
+        out.add(m.EXPORT_REPLAY_ENDED, (), 1 if state.replay.ended else 0)
+        out.add(m.EXPORT_REPLAY_RESTARTS, (), state.replay.restarts)
     out.add(m.BUILD_INFO, (affmon.__version__, platform.python_version()), 1)
     for spec in m.SELF:
         out.add(spec, (), state.own_process.get(spec.name))

@@ -8,6 +8,10 @@ its next tick only after the current one finished, so ticks never overlap; a tic
 overran its interval is followed at once by the next, without a burst to catch up. A
 tick that fails is counted (``affmon_export_sample_errors_total``) and the last good
 state stays served; ``affmon_export_last_sample_timestamp_seconds`` then stops moving.
+
+Serving a recording (``affmon.export.replay``), the sampler follows the recording's pace
+(``pace_s``) instead of the scrapes', and a sample of None (a replay played once that
+ended) leaves the state as it is, but for its ``ReplayStatus``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
@@ -28,7 +33,7 @@ from affmon.export.collector import StateCollector
 from affmon.export.pace import Pace
 from affmon.export.render import Renderer
 from affmon.export.server import CONNECTION_LIMIT, HELD_BYTES_LIMIT, IDLE_TIMEOUT_S, MetricsServer, format_address
-from affmon.export.state import ExportState, failed, step
+from affmon.export.state import ExportState, ReplayStatus, failed, step
 
 __all__ = ["Exporter", "format_address"]
 
@@ -45,11 +50,12 @@ def own_process(collector: ProcessCollector) -> dict[str, float]:
 
 class Exporter:
     """``sample`` is the sampler (``Sampler.sample``), called only on the sampling thread.
+    ``pace_s`` and ``replay``: a recording's pace and status (``ReplayFeed``); None live.
     The last three limits are the HTTP server's (``affmon.export.server``)."""
 
     def __init__(
         self,
-        sample: Callable[[], Sample],
+        sample: Callable[[], Sample | None],
         topology: Topology,
         *,
         interval_s: float = 1.0,
@@ -57,6 +63,8 @@ class Exporter:
         max_threads: int = MAX_THREADS,
         nvml_available: bool = False,
         expected_masks: Callable[[], ExpectedMasks] = _no_masks,
+        pace_s: Callable[[], float] | None = None,
+        replay: Callable[[], ReplayStatus] | None = None,
         connection_limit: int = CONNECTION_LIMIT,
         idle_timeout_s: int = IDLE_TIMEOUT_S,
         held_bytes_limit: int = HELD_BYTES_LIMIT,
@@ -65,7 +73,9 @@ class Exporter:
         self._topology = topology
         self.interval_s = interval_s
         self._expected_masks = expected_masks
-        self._state = ExportState(nvml_available=nvml_available)
+        self._pace_s = pace_s
+        self._replay = replay
+        self._state = ExportState(nvml_available=nvml_available, replay=None if replay is None else replay())
         # The latest state as a registry, for a caller that formats or serves it another way;
         # the HTTP server renders through ``renderer``, once per state and request shape.
         self.registry = CollectorRegistry()
@@ -96,6 +106,11 @@ class Exporter:
         """Take one sample and publish the next state (or count the failure)."""
         try:
             sample = self._sample()
+            if sample is None:  # a replay that ended: its last state stays, the same value
+                status = self._replay_status()
+                if status != self._state.replay:
+                    self._state = replace(self._state, replay=status)
+                return
             state = step(
                 self._state,
                 sample,
@@ -111,8 +126,11 @@ class Exporter:
                 sys.stderr.write(term_safe(message) + "\n")  # export's output is not escaped as a whole
                 self._last_error = message
             return
-        self._state = state
+        self._state = replace(state, replay=self._replay_status())
         self._last_error = None
+
+    def _replay_status(self) -> ReplayStatus | None:
+        return None if self._replay is None else self._replay()
 
     def _scraped(self) -> None:
         with self._pace_lock:
@@ -121,9 +139,14 @@ class Exporter:
 
     def _run(self) -> None:
         """Sample at the pace scrapes come (``affmon.export.pace``), from ``--interval`` up
-        to a bounded background interval; a tick that overran is followed at once."""
+        to a bounded background interval; a tick that overran is followed at once. A
+        recording is sampled at its own pace, from the end of one tick to the next."""
         last = time.monotonic()
         self.tick()
+        if self._pace_s is not None:
+            while not self._stop.wait(self._pace_s()):
+                self.tick()
+            return
         while not self._stop.is_set():
             with self._pace_lock:
                 wait = self.pace.next_interval(time.monotonic())

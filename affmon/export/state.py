@@ -151,6 +151,15 @@ def advance(totals: Totals, snapshot: Snapshot) -> Totals:
 
 
 @dataclass(frozen=True)
+class ReplayStatus:
+    """Where a replayed recording stands (``affmon export --replay``): the passes started
+    again from its start, and whether a replay played once has ended."""
+
+    restarts: int = 0
+    ended: bool = False
+
+
+@dataclass(frozen=True)
 class ExportState:
     """Everything one scrape renders. Built only by ``step``/``failed``; never mutated."""
 
@@ -170,6 +179,7 @@ class ExportState:
     sample_duration_s: float | None = None
     exporter_cpu_s: float | None = None
     own_process: Mapping[str, float] = field(default_factory=dict)  # process_* sample name -> value
+    replay: ReplayStatus | None = None  # None: live
 
 
 def step(
