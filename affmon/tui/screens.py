@@ -25,6 +25,7 @@ from affmon.actions.pin import PinResult
 from affmon.actions.undo import UndoResult
 from affmon.core import fmt
 from affmon.core.advice import PinProposal
+from affmon.core.domains import plural
 from affmon.core.findings import Finding
 from affmon.tui.palette import Palette
 from affmon.tui.pinner import Pinner
@@ -116,8 +117,12 @@ REPLAY_PINS_NOTHING = "a replay pins nothing: its processes are not on this mach
 
 def undo_result_text(result: UndoResult, p: Palette) -> Text:
     out = Text()
-    if result.ok:
+    left = sum(t.status in ("not-moved", "failed") for t in result.threads)
+    if result.ok and not left:
         out.append("undone: every journaled mask is back\n", style=f"bold {p.success}")
+    elif result.ok:
+        # Threads changed since the pin, or with a mask of their own: the lines below name them.
+        out.append(f"undone, but {plural(left, 'thread')} left as found (named below)\n", style=f"bold {p.warning}")
     else:
         out.append("undo failed: ", style=f"bold {p.error}")
         out.append(f"{fmt.term_safe(str(result.error))}\n")
