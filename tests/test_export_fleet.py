@@ -69,7 +69,7 @@ def allowed_to_flap(alert: Alert) -> bool:
     """Findings that come and go, or change severity, with the recorded loop's phases: their
     alerts may fire (their series can hold for longer than the shortened ``for``) or not.
     ddp2_overlap's GPU_STARVED holds for each rank in most intervals, not all; overlap's
-    pid 832 swings between warn and bad."""
+    pid 832's STARVED and CONTENDED swing between warn and bad."""
     name, recording, pid = alert[:3]
     if recording == "ddp2_overlap":
         return name == "AffmonGpuStarved" and pid in ("904", "905")
@@ -196,15 +196,15 @@ def counts(base: str, at: float, promql: str) -> dict[str, int]:
     return {r["metric"]["instance"]: int(float(r["value"][1])) for r in answer["data"]["result"]}
 
 
-def shapes(base: str, at: float) -> dict[str, tuple[NodeShape, int]]:
-    """Each instance's shape, read from its own series, and the samples its scrape held."""
+def shapes(base: str, at: float) -> dict[str, tuple[NodeShape, int, int]]:
+    """Each instance's shape, read from its own series, the samples its last scrape before
+    ``at`` held, and its series Prometheus has at ``at``."""
 
     def per(metric: str) -> dict[str, int]:
         return counts(base, at, f'count by (instance) ({metric}{{job="affmon"}})')
 
     scraped = counts(base, at, 'sum by (instance) (scrape_samples_scraped{job="affmon"})')
-    ingested = counts(base, at, 'count by (instance) ({job="affmon", __name__!~"up|scrape_.+"})')
-    assert ingested == scraped  # every series served is one sample a scrape
+    ingested = counts(base, at, 'count by (instance) ({job="affmon", __name__=~"affmon_.+|process_.+"})')
     processes, waits = per("affmon_process_info"), per("affmon_process_wait_ratio")
     out = {}
     for instance in scraped:
@@ -218,7 +218,7 @@ def shapes(base: str, at: float) -> dict[str, tuple[NodeShape, int]]:
             findings=per("affmon_finding_info").get(instance, 0),
             replay=True,
         )
-        out[instance] = (shape, scraped[instance])
+        out[instance] = (shape, scraped[instance], ingested.get(instance, 0))
     return out
 
 
@@ -270,17 +270,28 @@ def run_fleet(base: str, port: int, started: float) -> None:
     assert query(base, 'ALERTS{alertstate="firing", alertname=~"AffmonExporter.*"}') == []
 
     # Scale: each instance's series as Prometheus ingested them, against the catalogue's count.
-    at = time.time() - 1.5  # one instant for every query, after at least one whole scrape of each
-    measured = shapes(base, at)
+    # One instant for every query, 3 s back: each instance's last scrape before it is
+    # committed (scrapes time out after 1 s), so every query reads the same scrape. Polled
+    # until that instant has a scrape of every instance, and one that did not fail (a failed
+    # scrape on a loaded machine leaves its instance's series as they were before it).
+    deadline = time.monotonic() + 30
+    while True:
+        measured = shapes(base, time.time() - 3)
+        consistent = all(scraped == ingested for _, scraped, ingested in measured.values())
+        if (set(measured) == instances and consistent) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert set(measured) == instances, sorted(measured)
     print("| instance | recording | processes | probed | GPUs | findings | idle | series: catalogue | scraped |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for instance, (shape, scraped) in sorted(measured.items()):
+    for instance, (shape, scraped, _) in sorted(measured.items()):
         recording = FLEET[instance.rsplit(":", 1)[0]]
         print(
             f"| {instance.rsplit(':', 1)[0]} | {recording} | {shape.processes} | {shape.probed} | {shape.gpus} | "
             f"{shape.findings} | {shape.idle} | {series_per_node(shape)} | {scraped} |"
         )
-    for instance, (shape, scraped) in measured.items():
+    for instance, (shape, scraped, ingested) in measured.items():
+        assert ingested == scraped, (instance, ingested, scraped)  # every series served is one sample a scrape
         assert series_per_node(shape) == scraped, (instance, shape, scraped)
     hogs = measured[f"127.0.0.3:{port}"][0]
     assert hogs.processes >= 5 and hogs.gpus == 1 and hogs.findings == 3
