@@ -171,3 +171,15 @@ def test_the_command_plays_a_recording_once_fast_and_stops_on_sigterm():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_demo_is_the_recording_the_monitor_replays():
+    """``export --demo`` serves affmon/data's run: the job starved by the hogs first."""
+    from affmon.commands.tui import demo_recording
+
+    feed = ReplayFeed(demo_recording())
+    assert feed.samples == 46
+    exporter = exporter_of(feed)
+    for _ in range(4):
+        exporter.tick()
+    assert {code for code, _, _ in findings(exporter)} >= {"STARVED", "CONTENDED"}
