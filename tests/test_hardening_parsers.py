@@ -203,6 +203,10 @@ def stat_lines(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
         str(values["start_ticks"]),
     )
     fields_[18], fields_[19] = "-100", "-20"  # priority and nice may be negative: not read
+    vsize = draw(U64)
+    if count >= 23:
+        fields_[23] = str(vsize)
+    values["vsize_bytes"] = vsize if count >= 23 else None
     if count >= 39:
         fields_[39] = str(values["processor"])
     else:

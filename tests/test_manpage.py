@@ -61,7 +61,7 @@ def test_every_option_that_takes_a_value_says_its_default():
     for name, command in [("affmon", parser), *sub.choices.items()]:
         for action in command._actions:
             takes_value = action.option_strings and action.nargs != 0
-            if takes_value and action.default not in (None, [], argparse.SUPPRESS):
-                if "default" not in (action.help or ""):
-                    missing.append(f"{name} {action.option_strings[0]}")
+            has_default = action.default not in (None, [], argparse.SUPPRESS)
+            if takes_value and has_default and "default" not in (action.help or ""):
+                missing.append(f"{name} {action.option_strings[0]}")
     assert not missing, missing

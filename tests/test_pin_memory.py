@@ -234,7 +234,10 @@ def test_a_refused_migration_leaves_every_thread_pinned_and_says_why(tmp_path: P
         raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM))
 
     with workload("--sleepers", "3") as w:
-        request = MoveMemory(gh200, ops=FakeMemory(refuse), read=reads(NodeMemory({1: MIB}, {1: MIB})))
+        # numa_maps before, and after the refusal (nothing moved)
+        request = MoveMemory(
+            gh200, ops=FakeMemory(refuse), read=reads(NodeMemory({1: MIB}, {1: MIB}), NodeMemory({1: MIB}, {1: MIB}))
+        )
         result = pin(w["pid"], frozenset(range(0, 72)), ops=affinity, journal=journal, move_memory=request)
         assert result.ok and result.memory is not None and not result.memory.ok
         assert result.memory.message == "memory not moved: node 0 has not enough free memory"
