@@ -283,7 +283,7 @@ def test_docs_describe_every_metric():
 def test_the_pure_part_imports_no_system_http_or_nvml_module():
     forbidden = ("prometheus_client", "psutil", "pynvml", "textual", "affmon.collect", "affmon.nvml", "affmon.commands")
     code = (
-        "import sys\nimport affmon.export.catalogue, affmon.export.state, affmon.export.families\n"
+        "import sys\nimport affmon.export.catalogue, affmon.export.state, affmon.export.families, affmon.export.scale\n"
         f"print(','.join(sorted(m for m in sys.modules if m.startswith({forbidden!r}))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -6,7 +6,9 @@ Pure, importing nothing that touches the system or prometheus-client:
 * ``state``: ``ExportState``, the frozen state one tick produces, and ``step``, which
   turns the previous state and a new ``Sample`` into the next one (counters integrated,
   findings debounced, exited processes dropped);
-* ``families``: ``ExportState`` -> metric families (plain values, testable without HTTP).
+* ``families``: ``ExportState`` -> metric families (plain values, testable without HTTP);
+* ``scale``: the series a node of a given shape serves, counted from the catalogue, and
+  what a fleet of them costs Prometheus.
 
 Impure, kept thin:
 
@@ -15,7 +17,9 @@ Impure, kept thin:
   prometheus-client's content negotiation reads it;
 * ``render``: each state's bodies, formatted once per family and shared by every request
   of their shape;
-* ``service`` and ``server``: the sampling thread and the HTTP server.
+* ``service`` and ``server``: the sampling thread and the HTTP server;
+* ``replay``: a recording's samples as the sampling thread's, paced as recorded and
+  looping (``affmon export --replay``).
 """
 
 # Threads given per-thread series by default: 9 series each, about 0.75 MB of text for all
