@@ -112,6 +112,9 @@ def cmd_tui(args: argparse.Namespace) -> int:
             "for text use `affmon snapshot` or `affmon diagnose`\n"
         )
         return EXIT_USAGE
+    from affmon.tui import heap
+
+    heap.at_start()
     first, early = None, None
     try:
         if isinstance(source, LiveSource):
@@ -135,6 +138,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
             first_view=first,
             early=early,
         )
+        app.settle_heap = True
         first = None  # the app drops it once shown; held here, it would stay for the whole run
         with _tunes_end_first(app):
             app.run()

@@ -44,6 +44,7 @@ from affmon.core.errors import AffmonError
 from affmon.core.fmt import term_safe
 from affmon.core.samples import Sample
 from affmon.sources.stream import LiveSource, Source
+from affmon.tui import heap
 from affmon.tui.demo import DemoState, demo_banner, next_state
 from affmon.tui.first_frame import EarlyScreen
 from affmon.tui.layout import (
@@ -116,6 +117,9 @@ class AffmonApp(App[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 (Textual declares it)
     # 28 rows and more show the detail pane (120x30 and 160x30 did not, at 32).
     VERTICAL_BREAKPOINTS = [(0, "-short"), (DETAIL_FROM_ROWS, "-medium"), (TALL_FROM_ROWS, "-tall")]  # noqa: RUF012
+    # The command sets it (not a test's app): at the first measured view, what is alive is
+    # frozen out of the collector's walks (``heap.settle``).
+    settle_heap = False
 
     def __init__(
         self,
@@ -292,6 +296,9 @@ class AffmonApp(App[None]):
     def _show_view(self, view: View) -> None:
         self.view = view
         self._error = None
+        if self.settle_heap and view.measured:
+            self.settle_heap = False
+            self.call_after_refresh(heap.settle)  # once the first measured view is drawn
         if self.panes.main.is_attached:  # not so for a tick that lands while the app closes
             self._render_view()
 
