@@ -6,9 +6,11 @@ widgets, the history). With Python's default thresholds (700, 10, 10) a collecti
 young generation runs several times a tick, and every tenth of those also walks the
 middle one; every so often a full collection walks everything. Measured with
 ``gc.callbacks`` (the collecting thread's CPU time) over a minute of the monitor at 1 Hz
-watching one training-like rank, on the two-core VM: 0.28-0.36 s of CPU in collections
-with the defaults and the long-lived objects frozen; 0.16 s with the thresholds below and
-frozen (55 young collections, 2 middle ones, no full one), of about 6 s of CPU in all.
+watching one training-like rank, on the two-core VM, the long-lived objects frozen:
+0.28-0.36 s of CPU in collections with the defaults; 0.16 s at (5000, 20, 100) (55 young
+collections, 2 middle ones, no full one), of about 6 s of CPU in all. The full
+collections are kept at every 20th middle one here, so that garbage in a cycle that
+lived long enough to reach the oldest generation is not held for minutes.
 
 ``at_start`` raises the thresholds before Textual is imported (its import makes many
 objects that all live on); ``settle`` collects once and freezes what is alive when the
