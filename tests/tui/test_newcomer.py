@@ -238,7 +238,9 @@ def test_htop_keys():
                 await pilot.press(key)
                 assert isinstance(app.screen, HelpScreen), key
                 await pilot.press("escape")
-            await pilot.press("f6")
+            await pilot.press("f6")  # htop's F6: the list of columns; CPU% is the next one down
+            await pilot.press("down", "enter")
+            await pilot.pause()
             assert app.options.sort == "cpu"
             assert "CPU%▼" in [str(c.label) for c in app.query_one(ProcessTable).columns.values()]
             await pilot.press("I")
