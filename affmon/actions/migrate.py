@@ -210,7 +210,7 @@ def migrate_memory(
         after = None if dry_run else read(pid)
         failed = MigrationResult(False, True, to_node, sources, "", before, after, None, dry_run)
         moved = failed.moved_bytes
-        if moved:
+        if moved is not None and moved >= 1 << 20:  # less is the process's own allocation meanwhile
             message = (
                 f"memory moved only in part: {_mib(moved)} MiB went to node {to_node} before the kernel stopped "
                 f"({refusal(exc, pid, to_node)}); {_on(after, sources)} on node"
