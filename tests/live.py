@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 WORKLOAD = Path(__file__).parent / "workload.py"
 
@@ -74,3 +77,20 @@ def driven(script: Path, *args: str, argv0: str | None = None) -> Iterator[Drive
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
+
+
+# Tests that pin run their scenarios in a private PID namespace of their own (the script
+# re-run inside with ``unshare``), never on the machine's other processes.
+needs_namespace = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None or len(os.sched_getaffinity(0)) < 2,
+    reason="needs root, unshare (a private PID namespace) and two CPUs",
+)
+
+
+def run_in_namespace(script: str, scenario: str) -> dict[str, Any]:
+    """``script SCENARIO`` run in a private PID namespace; its last stdout line, JSON."""
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, script, scenario]
+    out = subprocess.run(argv, cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
+    return got

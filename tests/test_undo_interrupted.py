@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,22 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # run as a script inside the namespace too
 
-needs_namespace = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("unshare") is None or len(os.sched_getaffinity(0)) < 2,
-    reason="needs root, unshare (a private PID namespace) and two CPUs",
-)
+from tests.live import needs_namespace, run_in_namespace  # noqa: E402
 
 
 def run_inside(scenario: str) -> dict[str, Any]:
-    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, __file__, scenario]
-    out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
-    return got
+    return run_in_namespace(__file__, scenario)
 
 
 # -- the tests -----------------------------------------------------------------------------
