@@ -29,6 +29,7 @@ from affmon.core.own_threads import Confined, job_cpus, restores_only
 from affmon.core.placements import Placement, placements
 from affmon.core.planner import Occupant, Suggestion, suggest
 from affmon.core.rates import ProcessRates, Snapshot
+from affmon.core.samples import ThreadSample
 from affmon.core.topology import Topology
 
 # Findings a core set may cure (where the suggestion changes nothing, it says so: "no_change").
@@ -284,6 +285,10 @@ class PinProposal:
     # Busy on those CPUs but not to be moved by ``isolate`` (another user's, PID 1, pinned
     # on purpose), each with why: the dialog lists them, the pin reports them again.
     left_alone: tuple[tuple[Occupant, str], ...] = ()
+    # Threads of the processes in ``move_off`` that pinned themselves (a mask other than
+    # their process's) onto the suggested CPUs: isolation leaves them where they chose, and
+    # the dialog names each (the process, the thread, its mask) before Enter.
+    self_pinned: tuple[tuple[Occupant, ThreadSample], ...] = ()
     # Why the pin would change nothing (every thread already has the suggested CPUs and
     # nothing can move off them): ``r`` then offers no pin and names the findings' remedies.
     no_change: str | None = None
@@ -297,6 +302,25 @@ class PinProposal:
     @property
     def isolate_candidates(self) -> tuple[tuple[int, int], ...]:
         return tuple(zip((o.pid for o in self.move_off), self.move_off_starts, strict=True))
+
+
+def self_pinned_threads(
+    snapshot: Snapshot, movers: Sequence[Occupant], cpus: CpuSet
+) -> tuple[tuple[Occupant, ThreadSample], ...]:
+    """The threads of ``movers`` that isolation off ``cpus`` leaves where they are: a mask
+    of their own (not their process's main thread's) that holds any of ``cpus``, as
+    ``affmon.actions.isolate`` judges them when it moves the rest."""
+    found = []
+    for o in movers:
+        process = snapshot.process(o.pid)
+        main = process.sample.main_thread if process is not None else None
+        if process is None or main is None or main.allowed_cpus is None:
+            continue
+        for th in process.sample.threads:
+            mask = th.allowed_cpus
+            if th.tid != o.pid and mask is not None and mask != main.allowed_cpus and mask & cpus:
+                found.append((o, th))
+    return tuple(found)
 
 
 def propose_pin(
@@ -352,6 +376,7 @@ def propose_pin(
         start_ticks=job.root.sample.start_ticks,
         move_off_starts=tuple(starts[o.pid] for o in move_off),
         left_alone=tuple(kept),
+        self_pinned=self_pinned_threads(snapshot, move_off, suggestion.cpus),
         no_change=(INIT_IS_NO_JOB if job.pid == 1 else None)
         or unchanged_by(job, suggestion.cpus, [o.pid for o in on_cpus], snapshot.topology)
         or (None if placement_cures(evaluate(snapshot, Context(snapshot.topology, t)), job.pid) else NOTHING_TO_PLACE),

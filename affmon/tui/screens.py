@@ -83,12 +83,24 @@ def proposal_text(
     out.append(f"{box} m  move memory too", style="bold" if move_memory else "")
     where = f"node {s.numa_node}" if s.numa_node is not None else "the node of those CPUs"
     out.append(f"   then move its pages to {where} (migrate_pages; off: the pages stay)\n", style=p.muted)
-    if pr.left_alone:
+    if pr.left_alone or (isolate and pr.self_pinned):
         out.append("       left alone:\n", style=p.muted)
         for o, why in pr.left_alone[:6]:
             out.append(f"        {o.pid:>7} {fmt.term_safe(o.name[:16]):<16} {fmt.term_safe(why)}\n", style=p.muted)
         if len(pr.left_alone) > 6:
             out.append(f"        and {len(pr.left_alone) - 6} more\n", style=p.muted)
+        if isolate:
+            # Threads of the processes moved off that chose their CPUs: isolation keeps out of that.
+            for o, th in pr.self_pinned[:6]:
+                out.append(
+                    f"        {o.pid:>7} thread {th.tid} {fmt.term_safe(th.name[:16])}: it pinned itself to CPUs"
+                    f" {fmt.cpus(th.allowed_cpus)} (its process runs on {fmt.cpus(o.mask)})\n",
+                    style=p.muted,
+                )
+            if len(pr.self_pinned) > 6:
+                out.append(
+                    f"        and {len(pr.self_pinned) - 6} more threads pinned by their process\n", style=p.muted
+                )
     out.append("\nwhy these CPUs\n", style="bold")
     for warning in s.warnings:
         out.append(f"  ! {fmt.term_safe(warning)}\n", style=p.warning)
