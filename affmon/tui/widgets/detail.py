@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.cells import cell_len, get_character_cell_size
 from rich.text import Text
 from textual.widget import Widget
 
@@ -27,7 +28,7 @@ from affmon.tui.palette import Palette
 from affmon.tui.widgets.celltable import CellTable
 from affmon.tui.widgets.plot import LazyPlot
 from affmon.tui.widgets.processes import wait_style
-from affmon.tui.widgets.quiet import QuietStatic, split_lines
+from affmon.tui.widgets.quiet import QuietStatic
 
 THREAD_COLUMNS = (
     ("tid", "TID", 7),
@@ -82,23 +83,6 @@ def memory_text(memory: NodeMemory) -> str:
     return text + (" (numa_maps cut short: a lower bound)" if memory.truncated else "")
 
 
-def _place(out: Text, row: DetailedRow, p: Palette) -> None:
-    """What placed it, where its memory is, and its training loop: a line each."""
-    if row.context:
-        out.append("placed by ", style=p.muted)
-        out.append(fmt.term_safe(row.context) + "\n")
-    if row.memory is not None:
-        out.append("memory ", style=p.muted)
-        out.append(memory_text(row.memory) + "\n")
-    loop = row.loop
-    if loop is not None:
-        out.append("loop ", style=p.muted)
-        out.append(fmt.term_safe(loop.line))
-        if loop.verdict:
-            out.append(f"  {loop.verdict.replace('_', ' ')}", style="bold")
-        out.append("\n")
-
-
 def _evidence(value: Any) -> str:
     if isinstance(value, list) and value and all(isinstance(v, dict) and "tid" in v for v in value):
         # CONFINED_THREAD's threads: "1234 main loop on 0 (wait 0.13)"
@@ -121,58 +105,174 @@ def _evidence(value: Any) -> str:
     return fmt.term_safe(str(value))
 
 
-def detail_text(row: ProcessRow | None, findings: Sequence[Finding], p: Palette, measured: bool = True) -> Text:
+class Hanging(Text):
+    """One line of the detail text, and the indent of its continuations: wrapped at the
+    pane's width (``hang_wrap``), a line's continuations start under the text after its
+    bullet or label ("others: ", "what to change: "), never flush left where they would
+    read as lines of their own."""
+
+    __slots__ = ("hang",)
+
+    def __init__(self, hang: int = 2, style: str = "") -> None:
+        super().__init__(style=style)
+        self.hang = hang
+
+
+def _cut_points(plain: str, first: int, rest: int) -> list[tuple[int, int]]:
+    """Where ``plain`` is cut into lines of at most ``first`` cells, then ``rest``: after
+    the last word that fits (spaces at a cut dropped), or within a word longer than a line."""
+    cells = [get_character_cell_size(ch) for ch in plain]
+    pieces: list[tuple[int, int]] = []
+    start, n, room = 0, len(plain), first
+    while start < n:
+        used, i, cut, in_word = 0, start, None, False
+        while i < n and used + cells[i] <= room:
+            if plain[i] == " ":
+                if in_word:
+                    cut = i  # the line may end before this space
+                in_word = False
+            else:
+                in_word = True
+            used += cells[i]
+            i += 1
+        if i >= n or plain[i] == " ":
+            end = i
+        elif cut is not None:
+            end = cut
+        else:
+            end = max(i, start + 1)  # a word longer than the line: cut within it
+        pieces.append((start, end))
+        start = end
+        while start < n and plain[start] == " ":
+            start += 1
+        room = rest
+    return pieces
+
+
+def hang_wrap(line: Text, width: int, hang: int) -> list[Text]:
+    """``line`` in lines of at most ``width`` cells, broken between words, every line after
+    the first indented by ``hang`` cells (2 where ``hang`` would take more than half the
+    width), so a continuation never starts flush left."""
+    if cell_len(line.plain) <= width:
+        return [line]
+    indent = hang if 2 * hang <= width else min(2, width // 2)
+    out: list[Text] = []
+    for start, end in _cut_points(line.plain, width, width - indent):
+        piece = line[start:end]
+        piece.rstrip()
+        if out:
+            piece.pad_left(indent)
+        out.append(piece)
+    return out
+
+
+class _Lines:
+    """The detail text as it is built: a list of ``Hanging`` lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[Hanging] = []
+
+    def line(self, hang: int = 2, style: str = "") -> Hanging:
+        line = Hanging(hang, style)
+        self.lines.append(line)
+        return line
+
+    def labelled(self, label: str, label_style: str, value: str, value_style: str = "") -> Hanging:
+        """``label`` then ``value``; its continuations start under ``value``."""
+        line = self.line(cell_len(label))
+        line.append(label, style=label_style)
+        line.append(value, style=value_style)
+        return line
+
+
+def _place(out: _Lines, row: DetailedRow, p: Palette) -> None:
+    """What placed it, where its memory is, and its training loop: a line each."""
+    if row.context:
+        out.labelled("placed by ", p.muted, fmt.term_safe(row.context))
+    if row.memory is not None:
+        out.labelled("memory ", p.muted, memory_text(row.memory))
+    loop = row.loop
+    if loop is not None:
+        line = out.labelled("loop ", p.muted, fmt.term_safe(loop.line))
+        if loop.verdict:
+            line.append(f"  {loop.verdict.replace('_', ' ')}", style="bold")
+
+
+def _finding(out: _Lines, f: Finding, row: ProcessRow, p: Palette) -> None:
+    """A finding: its code under a bullet, its message, evidence, advice, the other
+    processes it names, what to change and the suggested CPUs, each line hanging under
+    the text after its bullet or label."""
+    color = p.severity(f.severity)
+    out.line()
+    line = out.line()
+    line.append("● ", style=color)
+    line.append(f"{str(f.severity).upper()} {f.code}", style=f"bold {color}")
+    if f.pid is not None and f.pid != row.pid:
+        line.append(f" (job {f.pid})", style=p.muted)
+    out.line().append(f"  {fmt.term_safe(f.message)}")
+    shown = {k: v for k, v in f.evidence.items() if k not in _NOT_AS_EVIDENCE}
+    if shown:
+        out.line().append("  " + "  ".join(f"{k}={_evidence(v)}" for k, v in shown.items()), style=p.muted)
+    advice = advice_text(f.evidence.get("advice"))
+    if advice is not None:
+        out.labelled("  advice: ", p.muted, advice, p.success)
+    others = f.evidence.get("others")
+    if isinstance(others, list) and others:
+        names = ", ".join(
+            fmt.term_safe(f"{o['pid']} {o['name']} {o['cpu_percent']}% on {o['cpus']}") for o in others[:6]
+        )
+        more = f" and {len(others) - 6} more" if len(others) > 6 else ""
+        out.labelled("  others: ", p.muted, f"{names}{more}", p.muted)
+    if f.remedy:
+        out.labelled("  what to change: ", p.muted, fmt.term_safe(f.remedy), p.success)
+    if f.suggestion and f.suggestion.get("no_change"):
+        out.labelled("  no pin: ", p.muted, fmt.term_safe(str(f.suggestion.get("no_change"))), p.muted)
+    elif f.suggestion:
+        line = out.line()
+        line.append(fmt.term_safe(f"  suggested CPUs {f.suggestion.get('cpus')}"), style=p.success)
+        line.append(" · press r to review and apply", style=p.muted)
+
+
+def detail_lines(
+    row: ProcessRow | None, findings: Sequence[Finding], p: Palette, measured: bool = True
+) -> list[Hanging]:
+    """The selected process's detail, line by line (the last one blank), each line to be
+    wrapped at the pane's width with ``hang_wrap``."""
+    out = _Lines()
     if row is None:
-        return Text("select a process (arrows or mouse) to see its threads and findings", style=p.muted)
-    out = Text()
-    out.append(f"{row.pid} {row.name}", style="bold")
+        out.line(style=p.muted).append("select a process (arrows or mouse) to see its threads and findings")
+        return out.lines
+    line = out.line()
+    line.append(f"{row.pid} {row.name}", style="bold")
     role = {"rank": "training rank", "worker": f"worker of {row.job_pid}", "launcher": "launcher"}.get(row.role, "")
     gpus = f" · GPU {','.join(map(str, row.gpus))}" if row.gpus else ""
-    out.append(f"  {role}{gpus} · {row.threads} threads · user {row.user or '?'}\n", style=p.muted)
+    line.append(f"  {role}{gpus} · {row.threads} threads · user {row.user or '?'}", style=p.muted)
     if row.cmdline:
-        out.append(row.cmdline[:300] + "\n", style=p.muted)
-    out.append("mask ", style=p.muted)
-    out.append(fmt.cpus(row.mask) + (" (threads differ)" if row.mask_varies else ""))
-    out.append("   ran on ", style=p.muted)
-    out.append(fmt.cpus(row.ran_on_cpus) if row.ran_on_cpus else "-")
-    out.append(f" (node {fmt.nodes(row.ran_on_nodes)})\n" if row.ran_on_cpus else "\n")
+        out.line().append(row.cmdline[:300], style=p.muted)
+    line = out.labelled("mask ", p.muted, fmt.cpus(row.mask) + (" (threads differ)" if row.mask_varies else ""))
+    line.append("   ran on ", style=p.muted)
+    line.append(fmt.cpus(row.ran_on_cpus) if row.ran_on_cpus else "-")
+    if row.ran_on_cpus:
+        line.append(f" (node {fmt.nodes(row.ran_on_nodes)})")
     if isinstance(row, DetailedRow):
         _place(out, row, p)
     if not measured:
-        out.append("\nrates and findings once the first interval closes\n", style=p.muted)
+        out.line()
+        out.line(style=p.muted).append("rates and findings once the first interval closes")
     elif not findings:
-        out.append("\nno findings", style=p.success)
-        out.append(": its CPU placement looks healthy\n", style=p.muted)
+        out.line()
+        line = out.line()
+        line.append("no findings", style=p.success)
+        line.append(": its CPU placement looks healthy", style=p.muted)
     for f in findings:
-        color = p.severity(f.severity)
-        out.append("\n● ", style=color)
-        out.append(f"{str(f.severity).upper()} {f.code}", style=f"bold {color}")
-        if f.pid is not None and f.pid != row.pid:
-            out.append(f" (job {f.pid})", style=p.muted)
-        out.append(f"\n  {fmt.term_safe(f.message)}\n")
-        shown = {k: v for k, v in f.evidence.items() if k not in _NOT_AS_EVIDENCE}
-        if shown:
-            out.append("  " + "  ".join(f"{k}={_evidence(v)}" for k, v in shown.items()) + "\n", style=p.muted)
-        advice = advice_text(f.evidence.get("advice"))
-        if advice is not None:
-            out.append("  advice: ", style=p.muted)
-            out.append(advice + "\n", style=p.success)
-        others = f.evidence.get("others")
-        if isinstance(others, list) and others:
-            names = ", ".join(
-                fmt.term_safe(f"{o['pid']} {o['name']} {o['cpu_percent']}% on {o['cpus']}") for o in others[:6]
-            )
-            more = f" and {len(others) - 6} more" if len(others) > 6 else ""
-            out.append(f"  others: {names}{more}\n", style=p.muted)
-        if f.remedy:
-            out.append("  what to change: ", style=p.muted)
-            out.append(fmt.term_safe(f.remedy) + "\n", style=p.success)
-        if f.suggestion and f.suggestion.get("no_change"):
-            out.append(fmt.term_safe(f"  no pin: {f.suggestion.get('no_change')}\n"), style=p.muted)
-        elif f.suggestion:
-            out.append(fmt.term_safe(f"  suggested CPUs {f.suggestion.get('cpus')}"), style=p.success)
-            out.append(" · press r to review and apply\n", style=p.muted)
-    return out
+        _finding(out, f, row, p)
+    out.line()
+    return out.lines
+
+
+def detail_text(row: ProcessRow | None, findings: Sequence[Finding], p: Palette, measured: bool = True) -> Text:
+    """``detail_lines`` as one text, unwrapped."""
+    return Text("\n").join(detail_lines(row, findings, p, measured))
 
 
 class DetailText(QuietStatic):
@@ -198,16 +298,26 @@ class DetailText(QuietStatic):
         if inputs != self._built:  # built again only when what it shows changed
             self._built = inputs
             pid = None if row is None else row.pid
-            text = detail_text(row, findings, p, measured)
-            if pid != self._pid or (self._kept and self._fits(text)):
+            lines = detail_lines(row, findings, p, measured)
+            if pid != self._pid or (self._kept and self._fits(lines)):
                 self._pid = pid
                 self._kept = 0  # another process, or a text that fits: from its own height
-            self.put(text)
+            self.put(lines)
 
-    def _fits(self, text: Text) -> bool:
-        """Whether ``text`` fits in the pane at the width it is shown at."""
+    def _wrap(self, source: list[Text], width: int) -> list[Text]:
+        """Each line at ``width`` with its continuations hanging (``hang_wrap``): at the
+        pane's width whenever it changes, since the layout wraps again on a resize."""
+        if width <= 0:
+            return list(source)
+        lines: list[Text] = []
+        for line in source:
+            lines.extend(hang_wrap(line, width, line.hang if isinstance(line, Hanging) else 2))
+        return lines
+
+    def _fits(self, lines: list[Hanging]) -> bool:
+        """Whether ``lines`` fit in the pane at the width they are shown at."""
         width = self.size.width
-        return width > 0 and len(self._wrap(split_lines(text), width)) <= self._pane_lines()
+        return width > 0 and len(self._wrap(list(lines), width)) <= self._pane_lines()
 
 
 class ThreadTable(CellTable):
