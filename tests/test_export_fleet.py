@@ -1,7 +1,6 @@
 """A fleet on one machine, end to end: five ``affmon export --replay`` processes on
 127.0.0.2-6 (one port), each replaying a recording of tests/fixtures/recordings/, scraped
-every second by a real Prometheus on 127.0.0.1 (started as in
-tests/test_export_prometheus.py) that evaluates contrib/prometheus/affmon-rules.yml every
+every second by a real Prometheus on 127.0.0.1 (tests/prom.py) that evaluates contrib/prometheus/affmon-rules.yml every
 second. The rules are loaded from a copy whose every ``for`` is 3 s (the shipped 2 to 15
 minutes would make a half-hour test); the expressions are the shipped ones.
 
@@ -15,20 +14,15 @@ deadline; nothing assumes how fast the machine is.
 from __future__ import annotations
 
 import re
-import select
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 from affmon.export.scale import NodeShape, series_per_node
+from tests.prom import api, query, replaying_exporters, running, scrape_config, shared_port
 from tests.test_export import REPO, wait_for
-from tests.test_export_prometheus import api, binary, free_port, query, ready
 
-RECORDINGS = REPO / "tests" / "fixtures" / "recordings"
 RULES = REPO / "contrib" / "prometheus" / "affmon-rules.yml"
 FLEET = {  # address -> recording
     "127.0.0.2": "clean",
@@ -76,50 +70,11 @@ def allowed_to_flap(alert: Alert) -> bool:
     return recording == "overlap" and pid == "832" and name == "AffmonJobStarvedOfCpu"
 
 
-def shared_port() -> int:
-    """A port free on every address of the fleet (each checked by binding it)."""
-    for _ in range(20):
-        port = free_port()
-        try:
-            with ExitStack() as held:
-                for address in FLEET:
-                    s = held.enter_context(socket.socket())
-                    s.bind((address, port))
-            return port
-        except OSError:
-            continue
-    raise AssertionError("no port free on 127.0.0.2-6")
-
-
 @contextmanager
 def exporters(port: int) -> Iterator[None]:
-    """The five exporters, each killed when the test ends, whatever happens; each has said
-    where it serves before this yields."""
-    procs: list[subprocess.Popen[str]] = []
-    try:
-        for address, recording in FLEET.items():
-            replay = ["--replay", str(RECORDINGS / f"{recording}.jsonl.gz"), "--listen", f"{address}:{port}"]
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "affmon", "export", *replay],
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    cwd=REPO,
-                )
-            )
-        deadline = time.monotonic() + 60
-        for address, proc in zip(FLEET, procs, strict=True):
-            assert proc.stderr is not None
-            ready_, _, _ = select.select([proc.stderr], [], [], max(deadline - time.monotonic(), 0))
-            line = proc.stderr.readline() if ready_ else ""
-            assert f"serving http://{address}:{port}/metrics, replaying" in line, (address, line, proc.poll())
+    """The five exporters (tests/prom.py), each killed when the test ends, whatever happens."""
+    with replaying_exporters(FLEET, port):
         yield
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-            if proc.stderr is not None:
-                proc.stderr.close()
 
 
 @contextmanager
@@ -129,44 +84,9 @@ def prometheus(tmp: Path, port: int) -> Iterator[str]:
     text, count = re.subn(r"(?m)^(\s+)for: \d+[smh]$", rf"\1for: {FOR}", RULES.read_text())
     assert count == 9, count  # every alert of the shipped file
     rules.write_text(text)
-    targets = ", ".join(f"'{address}:{port}'" for address in FLEET)
-    config = tmp / "prometheus.yml"
-    config.write_text(
-        "global:\n"
-        "  scrape_interval: 1s\n"
-        "  scrape_timeout: 1s\n"
-        "  evaluation_interval: 1s\n"
-        f"rule_files: ['{rules}']\n"
-        "scrape_configs:\n"
-        "  - job_name: affmon\n"
-        f"    static_configs: [{{targets: [{targets}]}}]\n"
-    )
-    log = tmp / "prometheus.log"
-    for _ in range(3):  # the free port may be taken between probing and binding: try another
-        base = f"http://127.0.0.1:{free_port()}"
-        with log.open("w") as out:
-            proc = subprocess.Popen(
-                [
-                    binary("prometheus"),
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={tmp / 'data'}",
-                    f"--web.listen-address={base.removeprefix('http://')}",
-                    "--log.level=warn",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            deadline = time.monotonic() + 30
-            while proc.poll() is None and not ready(base) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if proc.poll() is None and ready(base):
-                yield base
-                return
-        finally:
-            proc.kill()
-            proc.wait()
-    raise AssertionError(f"prometheus did not start:\n{log.read_text()[-3000:]}")
+    config = scrape_config({"affmon": [f"{address}:{port}" for address in FLEET]}, rule_files=(str(rules),))
+    with running(tmp, config) as server:
+        yield server.base
 
 
 def firing(base: str, port: int) -> set[Alert]:
@@ -225,7 +145,7 @@ def shapes(base: str, at: float) -> dict[str, tuple[NodeShape, int, int]]:
 def test_five_replaying_exporters_fire_the_right_alerts_through_a_real_prometheus(tmp_path):
     started = time.monotonic()
     for _ in range(3):  # a port taken between probing and the exporters binding it: another
-        port = shared_port()
+        port = shared_port(FLEET)
         try:
             with exporters(port):
                 print(f"\nfive exporters serving after {time.monotonic() - started:.1f} s")

@@ -1,8 +1,6 @@
-"""`affmon export` scraped by a real Prometheus server: Debian's `prometheus` binary, which
-tests/run unpacks under .cache/prometheus/ without installing the package (installed, it
-starts a service of its own on :9090), else one on PATH. Both listen on 127.0.0.1 only;
-Prometheus keeps its data in a temporary directory and is killed when the test ends,
-whatever happens. A missing binary fails the test: it does not skip.
+"""`affmon export` scraped by a real Prometheus server (tests/prom.py: Debian's binary that
+tests/run unpacks, on 127.0.0.1, its data in a temporary directory, killed when the test
+ends, whatever happens). The exporter listens on 127.0.0.1 too.
 
 A process pinned to one CPU with three busy threads is planted; the test waits for
 Prometheus to have scraped its wait ratio and its findings, asserts their values through
@@ -12,107 +10,27 @@ lets the process exit and waits for Prometheus to mark its series stale.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
-import socket
 import subprocess
-import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from affmon.collect.sampler import Sampler, Selection
 from affmon.sources.live import load_topology
 from tests.live import usable_cpus, workload
+from tests.prom import binary, query, running, scrape_config
 from tests.test_export import dashboard_queries, exposition, recorded, run, serving, wait_for
 
 SCRAPE_INTERVAL = "1s"
-CACHE = Path(__file__).resolve().parent.parent / ".cache" / "prometheus" / "usr" / "bin"  # tests/run's
-
-
-def binary(name: str) -> str:
-    """``name`` (prometheus, promtool) as tests/run unpacked it, else from PATH."""
-    cached = CACHE / name
-    if cached.is_file() and os.access(cached, os.X_OK):
-        return str(cached)
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(f"no {name} in {CACHE} or on PATH: tests/run unpacks Debian's prometheus package there")
-    return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def api(base: str, path: str, **params: str) -> Any:
-    data = urllib.parse.urlencode(params).encode() if params else None
-    with urllib.request.urlopen(f"{base}{path}", data=data, timeout=5) as response:
-        return json.loads(response.read())
-
-
-def query(base: str, promql: str) -> list[dict[str, Any]]:
-    answer = api(base, "/api/v1/query", query=promql)
-    assert answer["status"] == "success", answer
-    result: list[dict[str, Any]] = answer["data"]["result"]
-    return result
-
-
-def ready(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{base}/-/ready", timeout=1) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 @contextmanager
 def prometheus(tmp: Path, target: str) -> Iterator[str]:
     """A Prometheus scraping ``target`` every second; yields its base URL."""
-    config = tmp / "prometheus.yml"
-    config.write_text(
-        "global:\n"
-        f"  scrape_interval: {SCRAPE_INTERVAL}\n"
-        f"  scrape_timeout: {SCRAPE_INTERVAL}\n"
-        "scrape_configs:\n"
-        "  - job_name: affmon\n"
-        f"    static_configs: [{{targets: ['{target}']}}]\n"
-    )
-    log = tmp / "prometheus.log"
-    for _ in range(3):  # the free port may be taken between probing and binding: try another
-        base = f"http://127.0.0.1:{free_port()}"
-        with log.open("w") as out:
-            proc = subprocess.Popen(
-                [
-                    binary("prometheus"),
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={tmp / 'data'}",
-                    f"--web.listen-address={base.removeprefix('http://')}",
-                    "--log.level=warn",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            deadline = time.monotonic() + 20
-            while proc.poll() is None and not ready(base) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if proc.poll() is None and ready(base):
-                yield base
-                return
-        finally:
-            proc.kill()
-            proc.wait()
-    raise AssertionError(f"prometheus did not start:\n{log.read_text()[-3000:]}")
+    with running(tmp, scrape_config({"affmon": [target]}, interval=SCRAPE_INTERVAL)) as server:
+        yield server.base
 
 
 def value(result: list[dict[str, Any]]) -> float:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -39,8 +38,8 @@ from affmon.core.samples import Sample
 from affmon.export.catalogue import CATALOGUE
 from affmon.sources.live import load_topology
 from tests.live import usable_cpus, workload
+from tests.prom import api, free_port, query, running
 from tests.test_export import DASHBOARD, dashboard_queries, metric_names, recorded, run, serving, wait_for
-from tests.test_export_prometheus import api, binary, free_port, query, ready
 
 Frame = list[dict[str, Any]]  # rows of one frame, field name -> value, fields in row-key order
 
@@ -214,33 +213,8 @@ def prometheus(tmp: Path, jobs: dict[str, list[tuple[str, str]]]) -> Iterator[st
             "      - {source_labels: [host], target_label: instance}",
             "      - {regex: host, action: labeldrop}",
         ]
-    (tmp / "prometheus.yml").write_text("\n".join(lines) + "\n")
-    log = tmp / "prometheus.log"
-    for _ in range(3):
-        base = f"http://127.0.0.1:{free_port()}"
-        with log.open("w") as out:
-            proc = subprocess.Popen(
-                [
-                    binary("prometheus"),
-                    f"--config.file={tmp / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={tmp / 'data'}",
-                    f"--web.listen-address={base.removeprefix('http://')}",
-                    "--log.level=warn",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            deadline = time.monotonic() + 20
-            while proc.poll() is None and not ready(base) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if proc.poll() is None and ready(base):
-                yield base
-                return
-        finally:
-            proc.kill()
-            proc.wait()
-    raise AssertionError(f"prometheus did not start:\n{log.read_text()[-3000:]}")
+    with running(tmp, "\n".join(lines) + "\n") as server:
+        yield server.base
 
 
 def replay(samples: list[Sample]) -> Callable[[], Sample]:
