@@ -36,11 +36,13 @@ COMMANDS = {
     "tune": ("tune", "cmd_tune"),
     "export": ("export", "cmd_export"),
     "audit": ("audit", "cmd_audit"),
+    "fleet": ("affmon.fleet.command", "cmd_fleet"),  # a front end of its own: a full module name
     "tui": ("tui", "cmd_tui"),  # no subcommand: the monitor
 }
-# Commands whose output is not escaped: the monitor draws with escape sequences, and a
-# recording or the exporter's output is data (JSON lines, Prometheus text) written as is.
-RAW_OUTPUT = frozenset({"tui", "record", "export"})
+# Commands whose output is not escaped: the monitor and the fleet view draw with escape
+# sequences (fleet escapes its --once text itself), and a recording or the exporter's
+# output is data (JSON lines, Prometheus text) written as is.
+RAW_OUTPUT = frozenset({"tui", "record", "export", "fleet"})
 
 
 def monitor_pid(text: str) -> int:
@@ -273,8 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--dry-run", action="store_true", help="list the candidates, change nothing")
     tune.add_argument("--json", action="store_true", help="print JSON")
     from affmon.commands.export import add_export_parser
+    from affmon.fleet.command import add_fleet_parser
 
     add_export_parser(sub)
+    add_fleet_parser(sub)
     return parser
 
 
@@ -288,7 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     module, function = COMMANDS[name]
     try:
         with nullcontext() if name in RAW_OUTPUT else escaped_streams():
-            command = getattr(importlib.import_module(f"affmon.commands.{module}"), function)
+            path = module if module.startswith("affmon.") else f"affmon.commands.{module}"
+            command = getattr(importlib.import_module(path), function)
             status: int = command(args)
             return status
     except AffmonError as exc:
