@@ -144,6 +144,7 @@ def openmetrics(copies: list[list[dict[str, Any]]], instances: int, end: int) ->
 def measure(counts: list[int], rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
+        (tmp / "live").mkdir()
         with real_fleet(tmp / "live") as (base, port, _):
             copies = [exposition_of(base, f"{address}:{port}") for address in FLEET]
             live = PrometheusClient(base)
