@@ -412,7 +412,8 @@ class AffmonApp(App[None]):
         self._panes_shown = shown
         row = self.selected_row()
         p = self.pal
-        self.panes.cores.show(view.cores, p, self._job_colors(view), row, view.measured, view.training_jobs)
+        colors = self._job_colors(view)
+        self.panes.cores.show(view.cores, p, colors, row, view.measured, view.training_jobs, view.snapshot.topology)
         if detail.display:
             pid = row.pid if row else None
             findings = view.findings_of(pid) if pid is not None else ()
