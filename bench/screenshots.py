@@ -1,7 +1,8 @@
 """Render the README's screenshots from recordings: ``python bench/screenshots.py``.
 
 Every shot marked for the README in ``tests/tui/shots.py`` (main, findings, pin_modal,
-demo, and a starved job at 80x24, 120x30, 160x30 and 200x50) is rendered through
+help, demo, a CPU-only run, the tune dialog, and a starved job at 80x24, 120x30, 160x30
+and 200x50) is rendered through
 ``shots.render``: the path the snapshot tests compare against, so the pictures and the
 baselines are the same screens. They are written under ``screenshots/``.
 

@@ -4,18 +4,31 @@ the README's screenshots (``bench/screenshots.py``) both render these shots thro
 
 Each shot replays a recording into the app (a fake pinner, a fixed clock), steps through
 every sample, presses its keys, and takes the screenshot Textual's snapshot plugin takes
-(``take_svg_screenshot``)."""
+(``take_svg_screenshot``). A shot of the tune dialog (``T``) hands the pinner a
+``RecordedTune``: the rows ``Tuner`` lists, from the recording."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from textual._doc import take_svg_screenshot
+from textual.pilot import Pilot
 
+from affmon.actions.journal import Journal
+from affmon.actions.tune import Row, Tuner, TuneResult
+from affmon.core.advice import job_of, movable_occupants
+from affmon.core.errors import AffmonError
+from affmon.core.findings import Job
+from affmon.core.placements import Placement
+from affmon.core.rates import Snapshot, make_snapshot
+from affmon.core.tuning import ScoreKind
 from affmon.sources.stream import ReplaySource
 from affmon.tui.app import AffmonApp
+from tests.recordings import load
 from tests.tui.helpers import FIXED_CLOCK, FakePinner, play, replay_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,13 +40,30 @@ SIZES = ((80, 24), (120, 30), (160, 30), (200, 50))  # what a newcomer's termina
 @dataclass(frozen=True)
 class Shot:
     """``recording``: a name under tests/fixtures/recordings, or "demo" (``affmon --demo``);
-    ``readme``: the file under screenshots/ this shot is, when the README shows it."""
+    ``readme``: the file under screenshots/ this shot is, when the README shows it;
+    ``tune``: the job ``T`` tunes (a ``RecordedTune`` of it is handed to the pinner), and
+    the shot waits for the dialog's worker to list the rows before it is taken."""
 
     name: str
     recording: str
     size: tuple[int, int] = LARGE
     keys: tuple[str, ...] = ()
     readme: str | None = None
+    tune: int | None = None
+
+    @property
+    def press(self) -> tuple[str, ...]:
+        """The keys Textual presses after ``before``: none where ``before`` pressed them."""
+        return () if self.tune is not None else self.keys
+
+    async def before(self, pilot: Pilot[None]) -> None:
+        """Every sample played; for a tune shot, its keys pressed too, and the workers
+        they started (the dialog's listing of the rows) waited for."""
+        await play(pilot)
+        if self.tune is not None:
+            await pilot.press(*self.keys)
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
 
     @property
     def title(self) -> str:
@@ -54,7 +84,77 @@ SHOTS = (
     *(Shot(f"hogs_{w}x{h}", "hogs", size=(w, h), readme=f"{w}x{h}.svg") for w, h in SIZES),
     Shot("detail_full_size_80x24", "hogs", size=(80, 24), keys=("enter",)),
     Shot("filter_matches_nothing_80x24", "hogs", size=(80, 24), keys=("slash", "z", "z", "z", "enter")),
+    # No NVML: the header says so in one line, and there is no GPU pane.
+    Shot("cpu_only", "cpu_only", readme="cpu_only.svg"),
+    # T on the starved job: its candidates, whom they move, how long trying them takes.
+    Shot("tune_dialog", "hogs", keys=("T",), readme="tune.svg", tune=608),
 )
+
+
+class _RecordedTuner(Tuner):
+    """``Tuner`` listing its rows over recorded intervals, judging the others a row would
+    move from the recording (its processes are not on this machine for ``/proc`` to
+    judge: all that ``movable_occupants`` finds)."""
+
+    def list_rows(self, window: list[Snapshot]) -> tuple[Row, ...]:
+        job = job_of(window[-1], self.pid)
+        assert job is not None, f"{self.pid} is no job of the recording"
+        self._list_rows(job, window[-1], window)
+        return self.rows
+
+    def _to_move(self, snapshot: Snapshot, job: Job, placement: Placement) -> tuple[tuple[int, int], ...]:
+        if not placement.isolate:
+            return ()
+        found = (snapshot.process(o.pid) for o in movable_occupants(snapshot, job, placement.cpus))
+        return tuple(sorted((p.sample.pid, p.sample.start_ticks) for p in found if p is not None))
+
+
+class RecordedTune:
+    """The tune dialog's first screen from a recording: ``Tuner``'s own rows (the starting
+    placement, then the planner's candidates) over the recording's last two intervals.
+    It never runs (nothing here may pin): ``step`` refuses."""
+
+    def __init__(self, recording: str, pid: int) -> None:
+        header, samples = load(recording)
+        root = next(p for p in samples[-1].processes if p.pid == pid)
+        self._tuner = _RecordedTuner(
+            pid,
+            start_ticks=root.start_ticks,
+            sampler=None,  # type: ignore[arg-type]  # never sampled: the samples are the recording's
+            topology=header.topology,
+            journal=Journal(os.devnull),  # never written: nothing runs
+        )
+        self._window = [make_snapshot(a, b, header.topology) for a, b in zip(samples[-3:-1], samples[-2:], strict=True)]
+        self.settle_s, self.window_s = self._tuner.settle_s, self._tuner.window_s
+
+    @property
+    def score_kind(self) -> ScoreKind:
+        return self._tuner.score_kind
+
+    @property
+    def rows(self) -> tuple[Row, ...]:
+        return self._tuner.rows
+
+    def started(self, pid: int, start_ticks: int, on_change: Callable[[Row], None]) -> None:
+        pass
+
+    def prepare(self) -> tuple[Row, ...]:
+        return self.rows or self._tuner.list_rows(self._window)
+
+    def set_isolation(self, on: bool) -> tuple[Row, ...]:
+        return self._tuner.set_isolation(on)
+
+    def step(self) -> bool:
+        raise AffmonError("a recording's job is not tuned")
+
+    def result(self) -> TuneResult:
+        raise AffmonError("a recording's job is not tuned")
+
+    def abort(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def make_app(shot: Shot) -> AffmonApp:
@@ -67,12 +167,15 @@ def make_app(shot: Shot) -> AffmonApp:
             restart=lambda: ReplaySource(str(DEMO)),
             demo=True,
         )
-    return replay_app(shot.recording)
+    pinner = FakePinner()
+    if shot.tune is not None:
+        pinner.tune_sessions.append(RecordedTune(shot.recording, shot.tune))
+    return replay_app(shot.recording, pinner)
 
 
 def render(shot: Shot, title: str | None = None) -> str:
     """The SVG of ``shot``: what ``snap_compare`` compares, and what the README shows."""
     svg: Any = take_svg_screenshot(
-        app=make_app(shot), press=shot.keys, terminal_size=shot.size, run_before=play, title=title
+        app=make_app(shot), press=shot.press, terminal_size=shot.size, run_before=shot.before, title=title
     )
     return str(svg)
