@@ -36,7 +36,7 @@ COMMANDS = {
     "tune": ("tune", "cmd_tune"),
     "export": ("export", "cmd_export"),
     "audit": ("audit", "cmd_audit"),
-    "fleet": ("affmon.fleet.command", "cmd_fleet"),  # a front end of its own: a full module name
+    "fleet": ("fleet", "cmd_fleet"),
     "tui": ("tui", "cmd_tui"),  # no subcommand: the monitor
 }
 # Commands whose output is not escaped: the monitor and the fleet view draw with escape
@@ -275,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--dry-run", action="store_true", help="list the candidates, change nothing")
     tune.add_argument("--json", action="store_true", help="print JSON")
     from affmon.commands.export import add_export_parser
-    from affmon.fleet.command import add_fleet_parser
+    from affmon.commands.fleet import add_fleet_parser
 
     add_export_parser(sub)
     add_fleet_parser(sub)

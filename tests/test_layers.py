@@ -6,10 +6,12 @@
 2. ``affmon.collect`` and ``affmon.nvml``: what reads the system; import only the core.
 3. ``affmon.actions``: the only code that changes the system; the core and the readers.
 4. ``affmon.sources``: where samples come from and go; the layers below.
-5. The front ends, ``affmon.tui`` (the monitor), ``affmon.export`` (the exporter) and
-   ``affmon.commands`` (the command line): the layers below, never one another. The two
-   commands that start a front end, ``affmon.commands.tui`` and ``affmon.commands.export``,
-   may import theirs.
+5. The front ends, ``affmon.tui`` (the monitor), ``affmon.export`` (the exporter),
+   ``affmon.fleet`` (the fleet view over Prometheus) and ``affmon.commands`` (the command
+   line): the layers below, never one another, but for the fleet view, which draws a node
+   with the monitor's widgets and may import ``affmon.tui``. The commands that start a
+   front end, ``affmon.commands.tui``, ``affmon.commands.export`` and
+   ``affmon.commands.fleet``, may import theirs.
 6. ``affmon.cli`` and ``affmon.__main__``: the entry points.
 
 A front end gets the pins in force handed in (the journal's reader): a source never reads
@@ -38,8 +40,13 @@ LAYERS: list[tuple[str, set[str]]] = [
     ),
 ]
 BELOW_FRONT_ENDS = {"affmon.core", "affmon.collect", "affmon.nvml", "affmon.actions", "affmon.sources", "affmon.place"}
-FRONT_ENDS = {"affmon.tui", "affmon.export", "affmon.commands"}
-LAUNCHERS = {"affmon.commands.tui": "affmon.tui", "affmon.commands.export": "affmon.export"}
+FRONT_ENDS = {"affmon.tui", "affmon.export", "affmon.fleet", "affmon.commands"}
+LAUNCHERS = {
+    "affmon.commands.tui": "affmon.tui",
+    "affmon.commands.export": "affmon.export",
+    "affmon.commands.fleet": "affmon.fleet",
+}
+BUILT_ON = {"affmon.fleet": {"affmon.tui"}}  # a front end drawn with another's widgets
 
 
 def module_name(path: Path) -> str:
@@ -85,7 +92,7 @@ def allowed(module: str, target: str) -> bool:
             return True
     for front in FRONT_ENDS:
         if module == front or module.startswith(front + "."):
-            return target_layer in BELOW_FRONT_ENDS or target_layer == front
+            return target_layer in BELOW_FRONT_ENDS or target_layer == front or target_layer in BUILT_ON.get(front, ())
     return True  # the entry points
 
 
@@ -110,6 +117,10 @@ def test_the_contract_can_fail() -> None:
     assert allowed("affmon.tui.pinner", "affmon.actions.pin")
     assert not allowed("affmon.place.planning", "affmon.commands.plan")
     assert allowed("affmon.commands.plan", "affmon.place.planning")
+    assert allowed("affmon.fleet.app", "affmon.tui.widgets.processes")
+    assert not allowed("affmon.tui.app", "affmon.fleet.model")
+    assert not allowed("affmon.fleet.model", "affmon.commands.argtypes")
+    assert allowed("affmon.commands.fleet", "affmon.fleet.source")
     assert sum(1 for p in MODULES if imports(p)) > 50  # the parser sees the imports there are
 
 
