@@ -6,6 +6,7 @@ and table-driven cases of the findings' ages, the stale rules and the sort."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from affmon.core import fmt
 from affmon.core.rule_base import Severity
 from affmon.fleet.model import (
     FleetFinding,
@@ -24,7 +26,7 @@ from affmon.fleet.model import (
     stale_reason,
 )
 from affmon.fleet.source import Answers, Cost
-from affmon.fleet.text import fleet_json, plain
+from affmon.fleet.text import findings_text, fleet_json, plain
 
 FIXTURES = Path(__file__).parent / "fixtures" / "fleet"
 SEVERITY = {"info": Severity.INFO, "warn": Severity.WARN, "bad": Severity.BAD}
@@ -204,3 +206,23 @@ def test_the_model_imports_no_textual_and_does_no_io():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_node_lists_each_code_once_with_how_many_hold_it_and_the_oldest_age():
+    data = recorded("five")
+    fleet = Answers.from_json(data["answers"]).fleet()
+    held = raw_findings(data)
+    shared = 0
+    for node in fleet.nodes:
+        text = findings_text(node.findings)
+        codes = [c for (i, _, _, c) in held if i == node.instance]
+        for code in set(codes):
+            short = fmt.short_code(code)
+            # once per code, however many ranks or GPUs of the node hold it
+            assert len(re.findall(rf"\b{short}\b", text)) == 1, text
+            count = codes.count(code)
+            assert (f"{short} x{count} " in text) == (count > 1), text
+            shared += count > 1
+            oldest = max((f for f in node.findings if f.code == code), key=lambda f: (f.age_at_least, f.age_s))
+            assert f"{age_text(oldest.age_s, oldest.age_at_least)}" in text.split(short, 1)[1].split(",")[0]
+    assert shared  # the recording has a node where two ranks hold one code: a list that repeats it fails

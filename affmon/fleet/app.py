@@ -30,10 +30,20 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from affmon.core import fmt
+from affmon.core.domains import plural
 from affmon.core.errors import AffmonError
 from affmon.fleet.model import Fleet, FleetFinding, Job, Node, NodeProcess, age_text
 from affmon.fleet.source import Cost
-from affmon.fleet.text import JOB_COLUMNS, NODE_COLUMNS, finding_text, job_cells, node_cells, shares_text, summary
+from affmon.fleet.text import (
+    JOB_COLUMNS,
+    NODE_COLUMNS,
+    finding_text,
+    grouped,
+    job_cells,
+    node_cells,
+    shares_text,
+    summary,
+)
 from affmon.tui.model.table import TableRow, process_key
 from affmon.tui.model.views import FindingMark, ProcessRow
 from affmon.tui.palette import Palette, palette
@@ -79,10 +89,10 @@ def fit_columns(
 
 def _severity_text(findings: Sequence[FleetFinding], p: Palette, none: str = "none") -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
-    for i, f in enumerate(findings):
+    for i, (f, count) in enumerate(grouped(findings)):
         if i:
             text.append(", ")
-        text.append(finding_text(f), style=f"bold {p.severity(f.severity)}")
+        text.append(finding_text(f, count), style=f"bold {p.severity(f.severity)}")
     if not findings:
         text.append(none, style=p.success)
     return text
@@ -293,7 +303,7 @@ def process_detail(p: NodeProcess | None, findings: Sequence[FleetFinding], pal:
     out.append("mask ", style=pal.muted)
     out.append(f"{p.mask_cpus if p.mask_cpus is not None else '?'} CPUs")
     out.append("   ran on ", style=pal.muted)
-    out.append(f"{p.nodes_run_on if p.nodes_run_on is not None else '?'} NUMA node(s)")
+    out.append(plural(p.nodes_run_on, "NUMA node") if p.nodes_run_on is not None else "? NUMA nodes")
     if p.context:
         out.append("   placed by ", style=pal.muted)
         out.append(fmt.term_safe(p.context))

@@ -43,13 +43,24 @@ NODE_COLUMNS = (
 )
 
 
-def finding_text(f: FleetFinding) -> str:
-    """ "STARV 3m 20s": the short code and how long it has been held."""
-    return f"{fmt.term_safe(fmt.short_code(f.code))} {age_text(f.age_s, f.age_at_least)}"
+def grouped(findings: Sequence[FleetFinding]) -> list[tuple[FleetFinding, int]]:
+    """Each code once, in the order given: its oldest finding (the worst severity among
+    equals) and how many hold it (two ranks of a node both contended)."""
+    by_code: dict[str, list[FleetFinding]] = {}
+    for f in findings:
+        by_code.setdefault(f.code, []).append(f)
+    return [(max(held, key=lambda f: (f.age_at_least, f.age_s, f.severity)), len(held)) for held in by_code.values()]
+
+
+def finding_text(f: FleetFinding, count: int = 1) -> str:
+    """ "STARV 3m 20s": the short code, how many hold it where more than one ("CONTEND x2
+    29 s"), and how long it has been held."""
+    many = f" x{count}" if count > 1 else ""
+    return f"{fmt.term_safe(fmt.short_code(f.code))}{many} {age_text(f.age_s, f.age_at_least)}"
 
 
 def findings_text(findings: Sequence[FleetFinding]) -> str:
-    return ", ".join(finding_text(f) for f in findings) or "none"
+    return ", ".join(finding_text(f, n) for f, n in grouped(findings)) or "none"
 
 
 def shares_text(shares: Sequence[tuple[str, float]]) -> str:
