@@ -70,9 +70,26 @@ def header_segments(h: HeaderView, *, paused: bool, clock_text: str) -> list[tup
     return segments
 
 
+CPU_ONLY_SHORT = "no NVML: CPU-only"
+
+
+def shorter(text: str) -> str | None:
+    """The short form a segment takes before it is dropped, where it has one: the one line
+    that says the monitor runs without NVML stays at every width."""
+    if text.startswith("no NVML") and text != CPU_ONLY_SHORT:
+        return CPU_ONLY_SHORT
+    return None
+
+
 def fit(segments: list[tuple[int, str, str]], width: int, sep: str = SEPARATOR) -> list[tuple[int, str, str]]:
-    """Drop the least important segments until the line fits ``width``."""
+    """Drop the least important segments until the line fits ``width`` (a segment with a
+    short form takes it first)."""
     kept = list(segments)
     while kept and len(sep.join(s[1] for s in kept)) > width:
-        kept.remove(min(kept, key=lambda s: s[0]))
+        least = min(kept, key=lambda s: s[0])
+        short = shorter(least[1])
+        if short is not None:
+            kept[kept.index(least)] = (least[0], short, least[2])
+        else:
+            kept.remove(least)
     return kept
