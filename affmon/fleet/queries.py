@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DEFAULT_WINDOW_S = 3600.0  # findings' ages are read back this far
+
 DEFAULT_JOBS = "affmon.*"
 PART = "part"
 TRAINING = 'training="true"'

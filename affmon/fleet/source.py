@@ -16,9 +16,8 @@ from typing import Any
 
 from affmon.fleet.client import PrometheusClient
 from affmon.fleet.model import STALE_AFTER_S, Fleet, NodeProcess, build_fleet, node_processes
-from affmon.fleet.queries import Queries
+from affmon.fleet.queries import DEFAULT_WINDOW_S, Queries
 
-DEFAULT_WINDOW_S = 3600.0  # findings' ages are read back this far
 RANGE_POINTS = 240  # the findings' range is asked at window / this: 15 s over an hour
 
 

@@ -78,7 +78,7 @@ def test_repin_and_undo_for_real_in_tmux(tmux: Tmux, tmp_path: Path, width: int,
         pid = w["pid"]
         assert set(masks(pid).values()) == {frozenset({cpus[0]})}
         command = (
-            f"cd {ROOT} && env XDG_STATE_HOME={tmp_path / 'state'} TERM=xterm-256color "
+            f"cd {ROOT} && env -u COLUMNS -u LINES XDG_STATE_HOME={tmp_path / 'state'} TERM=xterm-256color "
             f"{sys.executable} -m affmon --pid {pid} --interval 0.5"
         )
         tmux.run("new-session", "-d", "-s", "e2e", "-x", str(width), "-y", str(height), command)
@@ -88,6 +88,9 @@ def test_repin_and_undo_for_real_in_tmux(tmux: Tmux, tmp_path: Path, width: int,
             lambda s: re.search(rf"[│┃]\s*{pid}\b +python\S* +\d+\.?\d*\b", s) is not None, f"PID {pid} measured"
         )
         assert "affmon" in screen and "MASK" in screen and "FINDINGS" in screen  # the columns that fit 80 too
+        # Drawn at the pane's size, not at a COLUMNS or LINES the test process may carry.
+        lines = screen.splitlines()
+        assert max(len(line.rstrip()) for line in lines) > width - 4 and len(lines) >= height - 1, screen
 
         tmux.keys("r")
         screen = tmux.wait_for(lambda s: "suggested CPUs" in s, "the re-pin dialog")
@@ -135,7 +138,7 @@ def test_the_live_monitor_runs_without_openssl_loaded(tmux: Tmux, tmp_path: Path
     )
     assert control.stdout.strip() == "True True"  # plain imports of them do load it here
     command = (
-        f"cd {ROOT} && exec env XDG_STATE_HOME={tmp_path / 'state'} TERM=xterm-256color "
+        f"cd {ROOT} && exec env -u COLUMNS -u LINES XDG_STATE_HOME={tmp_path / 'state'} TERM=xterm-256color "
         f"{sys.executable} -m affmon --interval 0.5 --pid {os.getpid()}"  # a plain python: watched when named
     )
     tmux.run("new-session", "-d", "-s", "e2e", "-x", "120", "-y", "30", command)
@@ -154,7 +157,7 @@ def test_the_live_monitor_runs_without_openssl_loaded(tmux: Tmux, tmp_path: Path
 def test_the_demo_at_80x24_in_tmux(tmux: Tmux):
     """What a newcomer's first command shows in an 80x24 terminal: the banner, the GPU on one
     line, help and quit in the footer, Enter's detail, the help, and q to leave."""
-    command = f"cd {ROOT} && env TERM=xterm-256color {sys.executable} -m affmon --demo --speed 4"
+    command = f"cd {ROOT} && env -u COLUMNS -u LINES TERM=xterm-256color {sys.executable} -m affmon --demo --speed 4"
     tmux.run("new-session", "-d", "-s", "e2e", "-x", "80", "-y", "24", command)
     screen = tmux.wait_for(lambda s: "python3 rank" in s, "the demo's rank")
     lines = screen.splitlines()
