@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Where the monitor's CPU goes, thread by thread, watching one training-like rank alone
+# (bench/workloads/ranks.py), with htop beside it in the same tmux server: each thread's
+# utime + stime from /proc/PID/task/TID/stat over SECONDS (40), named by py-spy dump when
+# py-spy is installed (the bench extra), and htop's over the same window.
+#   bench/cost/tui_threads.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs=${1:-40}
+py=${PYTHON:-.venv/bin/python}
+tmp=$(mktemp -d)
+"$py" -m bench.workloads.ranks --seconds $((secs + 60)) > "$tmp/rank.json" &
+rank=$!
+sock="affmon-threads-$$"
+cleanup() { tmux -L "$sock" kill-server 2>/dev/null || true; kill "$rank" 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+while [ ! -s "$tmp/rank.json" ]; do sleep 0.2; done
+tmux -L "$sock" new-session -d -x 140 -y 40 "env -u COLUMNS -u LINES $py -m affmon --interval 1"
+tmux -L "$sock" new-window -d "env HOME=$tmp htop -d 10"
+sleep 8
+monitor=$(tmux -L "$sock" list-panes -t 0 -F '#{pane_pid}')
+htop=$(tmux -L "$sock" list-panes -t 1 -F '#{pane_pid}')
+names=$tmp/names
+: > "$names"
+if [ -x "$(dirname "$py")/py-spy" ]; then
+  "$(dirname "$py")/py-spy" dump -p "$monitor" 2>/dev/null | sed -n 's/^Thread \([0-9]*\) ([a-z]*): "\(.*\)"$/\1 \2/p' > "$names" || true
+fi
+ticks() { awk '{print $14 + $15}' "$1"; }
+snap() { for t in /proc/"$monitor"/task/*; do echo "$(basename "$t") $(ticks "$t/stat")"; done; }
+snap > "$tmp/t0"; h0=$(ticks /proc/"$htop"/stat)
+sleep "$secs"
+snap > "$tmp/t1"; h1=$(ticks /proc/"$htop"/stat)
+hz=$(getconf CLK_TCK)
+echo "over $secs s ($(cut -d' ' -f1-3 /proc/loadavg) load): ms of CPU a second"
+join "$tmp/t0" "$tmp/t1" | while read -r tid a b; do
+  name=$(awk -v t="$tid" '$1 == t {print $2}' "$names"); [ -n "$name" ] || name="thread $tid"
+  awk -v n="$name" -v d=$((b - a)) -v s="$secs" -v hz="$hz" 'BEGIN {if (d) printf "  affmon %-14s %5.1f\n", n, d * 1000 / hz / s}'
+done
+join "$tmp/t0" "$tmp/t1" | awk -v s="$secs" -v hz="$hz" -v h=$((h1 - h0)) '{d += $3 - $2} END {printf "  affmon in all     %5.1f\n  htop              %5.1f\n  ratio             %5.2f\n", d * 1000 / hz / s, h * 1000 / hz / s, (h ? d / h : 0)}'
