@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,6 +28,7 @@ from affmon.core.loop import (
     LoopWindow,
     Probe,
     WorkerStats,
+    _parse_syscall_fields,
     breakdown,
     classify,
     describe,
@@ -62,6 +66,51 @@ def test_parse_syscall_any_text_is_a_state_or_a_parse_error(text: str) -> None:
     except ParseError:
         return
     assert state.running or state.number >= -1
+
+
+def _same(text: str) -> None:
+    """``parse_syscall`` (a match for the kernel's shape, the full parse otherwise) reads
+    ``text`` as the full parse does, or refuses it as it does."""
+    try:
+        expected = _parse_syscall_fields(text)
+    except ParseError:
+        with pytest.raises(ParseError):
+            parse_syscall(text)
+        return
+    assert parse_syscall(text) == expected
+
+
+HEX = st.integers(0, 2**64 - 1).map(lambda n: f"{n:#x}")
+
+
+@given(
+    st.one_of(st.integers(-3, 10**7).map(str), st.sampled_from(["-0", "007", "+1", "1e3", "٣"])),
+    st.lists(st.one_of(HEX, st.sampled_from(["0X1", "0x", "0xABC", "0x" + "f" * 17, "1", " "])), max_size=9),
+    st.sampled_from(["", "\n", " \n", "\n\n", "\t"]),
+)
+def test_parse_syscall_matches_the_full_parse_on_lines_like_the_kernels(number: str, args: list[str], end: str) -> None:
+    _same(" ".join([number, *args]) + end)
+
+
+def test_parse_syscall_matches_the_full_parse_on_this_machines_threads() -> None:
+    """Every thread of this process, read from its own ``syscall`` file as the probe does."""
+    stop = threading.Event()
+    waiters = [threading.Thread(target=stop.wait, daemon=True) for _ in range(3)]
+    for t in waiters:
+        t.start()
+    try:
+        seen = 0
+        for tid in os.listdir(f"/proc/{os.getpid()}/task"):
+            try:
+                with open(f"/proc/{os.getpid()}/task/{tid}/syscall", encoding="ascii") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            _same(text)
+            seen += not parse_syscall(text).running
+        assert seen >= 3  # the three waiters, blocked in a call with its arguments
+    finally:
+        stop.set()
 
 
 # -- one probe --------------------------------------------------------------------------

@@ -130,3 +130,43 @@ def test_without_ptrace_permission_the_split_is_unavailable_and_the_rest_exact()
     b = seen["b"]
     assert b["blocked_split"] is False and "not readable" in b["unavailable"]
     assert b["data_wait"] == 0 and b["other"] >= 0.5  # blocked, but on what is not known
+
+
+def _open_files() -> set[str]:
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with suppress(OSError):
+            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+    return found
+
+
+def test_the_loop_threads_file_is_read_open_and_closed_with_the_sampler() -> None:
+    """The probe keeps the loop thread's ``syscall`` file open and reads it again each look:
+    what it reads is what a fresh read of the file says; once the process is gone a look
+    is unknown, not an error; ``close`` gives the file back."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; print(flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    path = f"/proc/{proc.pid}/task/{proc.pid}/syscall"
+    before = _open_files()
+    sampler = LoopSampler(proc.pid)
+    try:
+        deadline = time.monotonic() + 30
+        while sampler.probe() != OTHER:  # blocked in read(2) on its stdin, once it got there
+            assert time.monotonic() < deadline, "the process never blocked on its stdin"
+            time.sleep(0.05)
+        assert sampler._loop_syscall() == Path(path).read_bytes()  # the same line as a fresh read
+        assert path in _open_files() - before
+        proc.kill()
+        proc.wait()
+        assert sampler._loop_syscall() is None
+        sampler.probe()  # gone: counted as unknown, no exception
+    finally:
+        proc.kill()
+        proc.wait()
+        sampler.close()
+    assert path not in _open_files()

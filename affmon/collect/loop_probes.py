@@ -54,8 +54,11 @@ class LoopProbes:
                 kept[pid] = sampler
         targets = loop_targets(sample, self.pids, self.most)
         samplers = {pid: kept[pid] if pid in kept else self._make(pid, self.root) for pid in targets}
+        dropped = [s for s in self._samplers.values() if all(s is not t for t in samplers.values())]
         self._samplers = samplers
         self.watcher.set_samplers(samplers.values())
+        for sampler in dropped:  # the watcher probes none of them once set_samplers returned
+            sampler.close()
         if samplers:
             self.watcher.start()
         if not kept:
@@ -68,3 +71,5 @@ class LoopProbes:
     def close(self) -> None:
         self._closed = True
         self.watcher.stop()
+        for sampler in self._samplers.values():
+            sampler.close()
