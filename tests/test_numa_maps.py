@@ -15,7 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from affmon.collect.numa_maps import parse_numa_maps, read_numa_maps, reread_period_s
+from affmon.collect.numa_maps import (
+    memory_node,
+    parse_numa_maps,
+    parse_statm,
+    read_numa_maps,
+    read_one_node,
+    reread_period_s,
+)
 from affmon.core.errors import ParseError
 from affmon.core.memory import NodeMemory
 
@@ -218,3 +225,48 @@ def test_a_recorded_tree_s_link_does_not_lead_out_of_it(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("cost_s", "period_s"), [(0.0, 5.0), (0.03, 5.0), (0.2, 20.0), (1.0, 100.0)])
 def test_the_reread_period_keeps_the_walk_under_one_percent(cost_s: float, period_s: float) -> None:
     assert reread_period_s(cost_s) == pytest.approx(period_s)
+
+
+# -- a machine whose memory is all on one node -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("has_memory", "node"),
+    [("0\n", 0), ("2\n", 2), ("0-1\n", None), ("0,2\n", None), ("garbage\n", None), (None, None)],
+)
+def test_the_one_memory_node_is_read_from_sysfs(tmp_path: Path, has_memory: str | None, node: int | None) -> None:
+    if has_memory is not None:
+        (tmp_path / "sys/devices/system/node").mkdir(parents=True)
+        (tmp_path / "sys/devices/system/node/has_memory").write_text(has_memory)
+    assert memory_node(str(tmp_path)) == node
+
+
+def test_statm_on_one_node_is_the_resident_set_as_numa_maps_counts_it() -> None:
+    """Where every page is on one node, ``statm`` (no page-table walk) gives what the walk
+    would: the resident set, the 128 MiB written anonymous."""
+    nodes = memory_nodes()
+    node = min(nodes)
+    with toucher(128) as pid:
+        rss_before = vm_rss(pid)
+        walked = read_numa_maps(pid)
+        one = read_one_node(pid, node)
+        rss_after = vm_rss(pid)
+    assert one is not None and walked is not None
+    assert set(one.resident_bytes_by_node) == {node}
+    assert one.anon_bytes >= 128 * MIB
+    slack = 2 * MIB
+    assert min(rss_before, rss_after) - slack <= one.resident_bytes <= max(rss_before, rss_after) + slack
+    if len(nodes) == 1:  # this machine's case: the walk found the same pages on the same node
+        assert abs(one.resident_bytes - walked.resident_bytes) <= slack
+        assert abs(one.anon_bytes - walked.anon_bytes) <= 8 * MIB  # statm's "shared" is file and shmem pages
+
+
+def test_statm_that_is_not_statm_is_a_parse_error_and_a_gone_process_unknown(tmp_path: Path) -> None:
+    with pytest.raises(ParseError):
+        parse_statm("12 x 3 4 5 6 0\n", 0)
+    assert parse_statm("100 50 20 1 0 30 0\n", 1, page_bytes=4096) == NodeMemory(
+        resident_bytes_by_node={1: 50 * 4096}, anon_bytes_by_node={1: 30 * 4096}
+    )
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert read_one_node(proc.pid, 0) is None

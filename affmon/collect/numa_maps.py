@@ -28,6 +28,12 @@ development machine under load (``bench/cost/numa_maps_cost.py``, docs/memory.md
 sampler reads it every few seconds, never every tick, and stretches the period for a
 large process: ``reread_period_s`` keeps the walk under 1% of the wall time.
 
+On a machine whose memory is all on one node (``/sys/devices/system/node/has_memory``
+names one: most single-socket machines and GPU VMs), every page is on that node and the
+walk tells nothing ``statm`` does not: ``read_one_node`` takes the resident and
+anonymous sizes from ``/proc/PID/statm`` (one short line, no page-table walk; hugetlb pages
+are left out, as from ``VmRSS``).
+
 The reader stops after ``MAX_NUMA_MAPS_BYTES`` of text and says so (``truncated``): a
 process has at most ``vm.max_map_count`` mappings (65530 by default), about 10 MB of
 lines at worst; a training process has a few thousand.
@@ -39,6 +45,7 @@ import os
 from collections.abc import Iterable
 
 from affmon.collect.fs import UNAVAILABLE, is_live, quoted, read_text
+from affmon.core.cpuset import parse_cpulist
 from affmon.core.errors import ParseError
 from affmon.core.samples import NodeMemory
 
@@ -126,6 +133,40 @@ def reread_period_s(last_read_s: float) -> float:
     read took: ``MIN_REREAD_PERIOD_S``, or longer for a process whose walk is slow (a
     100 GiB rank of 4 kB pages takes about a second: it is read every 100 s)."""
     return max(MIN_REREAD_PERIOD_S, last_read_s / REREAD_COST_SHARE)
+
+
+def memory_node(root: str = "/") -> int | None:
+    """The one NUMA node with memory, when the machine's memory is all on one
+    (``has_memory`` names one node); None when it is on several or sysfs does not say."""
+    text = read_text(root, "/sys/devices/system/node/has_memory")
+    if text is None:
+        return None
+    try:
+        nodes = parse_cpulist(text.strip())
+    except ParseError:
+        return None
+    return next(iter(nodes)) if len(nodes) == 1 else None
+
+
+def parse_statm(text: str, node: int, page_bytes: int = BASE_PAGE_BYTES) -> NodeMemory:
+    """``/proc/PID/statm`` (pages: size, resident, shared, text, lib, data, dirty) as the
+    pages on ``node``, the machine's one node with memory: resident, and anonymous as
+    resident less shared (file-backed and shared memory). Raises ``ParseError``."""
+    fields = text.split()
+    if len(fields) < 3 or not all(f.isascii() and f.isdigit() and len(f) <= 20 for f in fields[:3]):
+        raise ParseError(f"bad statm line {text.strip()[:60]!r}")
+    resident, shared = int(fields[1]), int(fields[2])
+    return NodeMemory(
+        resident_bytes_by_node={node: resident * page_bytes},
+        anon_bytes_by_node={node: max(0, resident - shared) * page_bytes},
+    )
+
+
+def read_one_node(pid: int, node: int, root: str = "/") -> NodeMemory | None:
+    """A process's pages on a machine whose memory is all on ``node``, from ``statm``;
+    None when the process is gone or the file unreadable."""
+    text = read_text(root, f"/proc/{pid}/statm")
+    return None if text is None else parse_statm(text, node)
 
 
 def _is_hex(text: str) -> bool:

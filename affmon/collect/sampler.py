@@ -30,7 +30,9 @@ read once; the pages per NUMA node (``numa_maps``) of a watched training process
 process named by ``--pid``, every few seconds, the period stretched by what the last read
 cost times the number of such processes (it walks the page tables, and parsing its lines
 in Python costs more than the walk for a small process): all the walks together stay
-within the share of the time ``numa_maps.reread_period_s`` gives one.
+within the share of the time ``numa_maps.reread_period_s`` gives one. On a machine whose
+memory is all on one node there is nothing to walk for: its ``statm`` says the same
+(``numa_maps.read_one_node``).
 
 A process that is not watched and not training, whose whole CPU time (``/proc/PID/stat``,
 read for every process anyway) grew by less than ``CARRY_BELOW_PERCENT`` of one CPU since
@@ -72,7 +74,7 @@ from typing import TypeVar
 
 from affmon.collect.cgroup import Mount, cgroup_cpuset, read_mounts
 from affmon.collect.context import ContextReader
-from affmon.collect.numa_maps import read_numa_maps, reread_period_s
+from affmon.collect.numa_maps import memory_node, read_numa_maps, read_one_node, reread_period_s
 from affmon.collect.procfs import (
     CLOCK_TICKS_PER_S,
     PF_KTHREAD,
@@ -195,6 +197,8 @@ class Sampler:
         self._mounts: tuple[Mount, ...] = ()
         self._mounts_read_at = float("-inf")
         self._memory_readers = 1  # the processes whose numa_maps this sample reads (``_placement``)
+        self._memory_node: int | None = None  # the one node with memory (memory_node), when so
+        self._memory_node_read = False
 
     def check_pids(self) -> None:
         """Raise ``SourceError`` naming the first ``--pid`` that does not exist."""
@@ -490,9 +494,14 @@ class Sampler:
         if memo.context is None:
             memo.context = self._contexts.read(pid, self._launcher_argv(memo))
         if (training or pid in self.selection.pids) and now >= memo.memory_due_s:
+            if not self._memory_node_read:
+                self._memory_node, self._memory_node_read = memory_node(self.root), True
             t0 = time.perf_counter()
             try:
-                memo.memory = read_numa_maps(pid, self.root)
+                if self._memory_node is not None:
+                    memo.memory = read_one_node(pid, self._memory_node, self.root)  # no walk to do
+                else:
+                    memo.memory = read_numa_maps(pid, self.root)
             except ParseError:
                 memo.memory = None
             # The walks of all of them together, not each one's, stay within the share of the
