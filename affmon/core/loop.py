@@ -113,13 +113,14 @@ class SyscallState:
 # program counters in lower-case hex, one space apart. Read 20 times a second for every
 # probed loop: one match instead of a split and seven checks (the loop probe's thread took
 # about 36 us a probe parsing, woken from its sleep); any other shape takes the full parse.
-_CANONICAL = re.compile(r"(-?[0-9]{1,6})((?: 0x[0-9a-f]{1,16}){6})?(?: 0x[0-9a-f]{1,16})*\n?", re.ASCII)
+# Compiled at the first probe (``re``'s cache), not when the monitor starts.
+_CANONICAL = r"(-?[0-9]{1,6})((?: 0x[0-9a-f]{1,16}){6})?(?: 0x[0-9a-f]{1,16})*\n?"
 
 
 def parse_syscall(text: str) -> SyscallState:
     """Parse the ``syscall`` file: ``running``, ``-1 SP PC``, or ``NR A1..A6 SP PC`` (hex
     arguments). Anything else raises ``ParseError``."""
-    found = _CANONICAL.fullmatch(text)
+    found = re.fullmatch(_CANONICAL, text, re.ASCII)
     if found is not None:
         number = int(found.group(1))
         if number == -1:
