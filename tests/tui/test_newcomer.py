@@ -44,16 +44,21 @@ def text_of(app: AffmonApp, selector: str) -> str:
 NEED = st.integers(min_value=0, max_value=80)
 
 
-@given(width=st.integers(min_value=60, max_value=400), command=NEED, findings=NEED, loop=st.booleans())
-def test_the_columns_fit_the_width_and_keep_their_order(width, command, findings, loop):
+@given(
+    width=st.integers(min_value=60, max_value=400), command=NEED, findings=NEED, loop=st.booleans(), gpu=st.booleans()
+)
+def test_the_columns_fit_the_width_and_keep_their_order(width, command, findings, loop, gpu):
     needs = {"command": command, "findings": findings}
-    present = frozenset({"loop"}) if loop else frozenset()
+    present = frozenset({"loop"} if loop else set()) | frozenset({"gpu"} if gpu else set())
     layout = fit_columns(width, needs, present)
     keys = [k for k, _, _ in layout]
     assert set(keys) >= ALWAYS
     assert keys == [k for k, _, _ in COLUMNS if k in keys]  # table order kept
     assert sum(w + 2 * CELL_PADDING for _, _, w in layout) <= width  # never a sideways scroll
     assert ("loop" in keys) <= loop  # LOOP only when some loop is probed
+    assert ("gpu" in keys) <= gpu  # GPU only when some process uses one
+    if width >= 200:
+        assert ("gpu" in keys) == gpu and ("loop" in keys) == loop  # and shown where there is room
     wider = [k for k, _, _ in fit_columns(width + 40, needs, present)]
     assert set(keys) <= set(wider)  # a wider terminal never loses a column
 

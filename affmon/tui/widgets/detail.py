@@ -406,14 +406,15 @@ class ProcessPlot(LazyPlot[tuple[int | None, ProcessHistory | None]]):
 
     def _draw_loop(self, pid: int | None, loop: LoopHistory) -> None:
         plt = self.plt
-        plt.title(f"PID {pid}: loop % and GPU busy %")
+        busy_t, busy_v = _points(loop.gpu_busy, 100.0)
+        # No GPU busy share (no NVML, or no GPU of its own): the title names only the loop.
+        plt.title(f"PID {pid}: loop %" + (" and GPU busy %" if busy_t else ""))
         for name, series in zip(PLOTTED_SHARES, loop.shares, strict=True):
             t, v = _points(series, 100.0)
             if t:
                 label, color = _PLOT[name]
                 plt.plot(t, v, label=label, marker="braille", color=color)
-        t, v = _points(loop.gpu_busy, 100.0)
-        if t:
-            plt.plot(t, v, label="GPU busy", marker="braille", color="yellow")
+        if busy_t:
+            plt.plot(busy_t, busy_v, label="GPU busy", marker="braille", color="yellow")
         plt.ylim(0, 100)
         plt.xlabel("seconds before now")

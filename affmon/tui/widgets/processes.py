@@ -58,6 +58,7 @@ KEEP_ORDER: tuple[str, ...] = (
     "user",
 )
 ALWAYS = frozenset({"pid", "command", "cpu", "wait", "findings"})
+OPTIONAL = frozenset({"loop", "gpu"})  # shown only where a row has one (a loop probed, a GPU used)
 CELL_PADDING = 1  # DataTable's, on each side of a cell
 FINDINGS_MAX = 20  # "STARV CONTEND GPUSTV"
 COMMAND_FIRST = 26  # a worker's name under a rank: "│  ├─ pt_data_worker rank"
@@ -99,7 +100,8 @@ def fit_columns(
     """The columns that fit ``width`` cells, in table order, as (key, label, width).
 
     ``needs``: the widest cell of a flexible column (COMMAND, FINDINGS) this tick;
-    ``present``: optional columns with content (LOOP only when a loop was probed). Columns
+    ``present``: optional columns with content (LOOP only when a loop was probed, GPU
+    only when a process uses one: a CPU-only machine shows no empty column). Columns
     are kept in ``KEEP_ORDER`` while they fit; COMMAND then takes the room left up to its
     widest name (a deep tree's names are not cut to "p…"), FINDINGS up to ``FINDINGS_MAX``.
     The sorted column's label carries ▼ (▲ reversed)."""
@@ -112,7 +114,7 @@ def fit_columns(
         grow = min(spare, max(0, min(most, needs.get(key, 0)) - sizes[key]))
         sizes[key] += grow
         spare -= grow
-    candidates = [k for k in KEEP_ORDER if k != "loop" or "loop" in present]
+    candidates = [k for k in KEEP_ORDER if k not in OPTIONAL or k in present]
     used = 0
     kept: list[str] = []
     for key in candidates:
@@ -315,8 +317,9 @@ class ProcessTable(CellTable):
     ) -> tuple[tuple[str, str, int], ...]:
         names = [c[1].cell_len for c in cells]
         findings = [c[6].cell_len for c in cells]
-        present = (
-            frozenset({"loop"}) if any(r.process is not None and row_loop(r.process) for r in rows) else frozenset()
+        processes = [r.process for r in rows if r.process is not None]
+        present = frozenset({"loop"} if any(row_loop(p) for p in processes) else set()) | frozenset(
+            {"gpu"} if any(p.gpus for p in processes) else set()
         )
         width = (self.size.width or 80) - 1  # the vertical scrollbar's column
         needs = {"command": max(names, default=0), "findings": max(findings, default=0)}
