@@ -9,7 +9,6 @@ wait polls with a deadline."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ import pytest
 
 from affmon.core.fmt import short_code
 from tests.prom import Prometheus, query, replaying_exporters, running, scrape_config, shared_port
+from tests.tmux import Tmux, tmux_server
 
 REPO = Path(__file__).resolve().parent.parent
 FLEET = {
@@ -114,41 +114,12 @@ def test_json_lists_every_job_and_finding_prometheus_holds(rig):
     assert severities == sorted(severities, reverse=True)  # worst first
 
 
-class Tmux:
-    """One tmux server of our own (its own socket), as tests/tui/test_tmux_e2e.py drives it."""
-
-    def __init__(self, socket: str) -> None:
-        self.socket = socket
-
-    def run(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=20).stdout
-
-    def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-t", "fleet")
-
-    def keys(self, *keys: str) -> None:
-        self.run("send-keys", "-t", "fleet", *keys)
-
-    def wait_for(self, found: Callable[[str], bool], what: str, timeout_s: float = TIMEOUT_S) -> str:
-        deadline = time.monotonic() + timeout_s
-        screen = ""
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if found(screen):
-                return screen
-            time.sleep(0.3)
-        raise AssertionError(f"waited {timeout_s:.0f} s for {what}; the screen was:\n{screen}")
-
-
 @pytest.fixture
 def tmux() -> Iterator[Tmux]:
     if shutil.which("tmux") is None:
         pytest.fail("needs tmux (tests/run installs it)")
-    t = Tmux(f"affmon-fleet-{os.getpid()}-{time.monotonic_ns()}")  # a server of its own per test
-    try:
+    with tmux_server("fleet", "fleet", TIMEOUT_S) as t:  # a server of its own per test
         yield t
-    finally:
-        t.run("kill-server")
 
 
 def start(tmux: Tmux, base: str, width: int, height: int) -> str:

@@ -12,52 +12,23 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.live import usable_cpus, workload
+from tests.tmux import Tmux, tmux_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (tests/run installs it)")
 
 
-class Tmux:
-    """One tmux server of our own (its own socket), so nothing else's sessions are touched."""
-
-    def __init__(self, socket: str) -> None:
-        self.socket = socket
-
-    def run(self, *args: str) -> str:
-        out = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=20)
-        return out.stdout
-
-    def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-t", "e2e")
-
-    def keys(self, *keys: str) -> None:
-        self.run("send-keys", "-t", "e2e", *keys)
-
-    def wait_for(self, found: Callable[[str], bool], what: str, timeout_s: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout_s
-        screen = ""
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if found(screen):
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"waited {timeout_s:.0f} s for {what}; the screen was:\n{screen}")
-
-
 @pytest.fixture
-def tmux(tmp_path: Path) -> Iterator[Tmux]:
-    t = Tmux(f"affmon-test-{os.getpid()}")
-    try:
+def tmux() -> Iterator[Tmux]:
+    with tmux_server("test") as t:
         yield t
-    finally:
-        t.run("kill-server")
 
 
 def masks(pid: int) -> dict[int, frozenset[int]]:
