@@ -9,7 +9,6 @@ and take their samples through ``LiveSources.sample``; ``close`` stops and joins
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -110,7 +109,7 @@ def open_live_sources(selection: Selection, root: str = "/", *, loops: bool = Fa
             Sampler(root, selection, gpu_source=gateway),
             gateway,
             status,
-            socket.gethostname(),
+            os.uname().nodename,  # gethostname(2) on Linux, without importing socket
             hidden_processes_notice(root),
         )
         sources.sampler.check_pids()

@@ -10,7 +10,6 @@ the AFFINITY_DRIFT rule).
 from __future__ import annotations
 
 import contextlib
-import gzip
 import io
 import os
 import threading
@@ -18,7 +17,6 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -68,6 +66,31 @@ def _no_masks() -> ExpectedMasks:
     return {}
 
 
+class _Ahead:
+    """A sample read on another thread, or what its reading raised: ``concurrent.futures``'
+    ``Future`` for one value, without its import (and ``logging``'s) before the first frame."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._sample: Sample | None = None
+        self._error: BaseException | None = None
+
+    def set_result(self, sample: Sample) -> None:
+        self._sample = sample
+        self._done.set()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._done.set()
+
+    def result(self) -> Sample:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._sample is not None
+        return self._sample
+
+
 class LiveSource:
     """Every process on this machine (training ones watched, or ``pids`` and their
     descendants), every thread of them, NVML when there is one, and the loop probe of
@@ -94,7 +117,7 @@ class LiveSource:
             self._sources.host, self._sources.nvml_status, interval_s, "live", notice=self._sources.notice
         )
         self._pinned = expected_masks
-        self._ahead: Future[Sample] | None = None
+        self._ahead: _Ahead | None = None
         self.read_started_s = 0.0  # time.monotonic() when the newest sample's reading started
 
     def read_ahead(self) -> None:
@@ -103,7 +126,7 @@ class LiveSource:
         the first view does not wait for a read that only began once the screen was up."""
         if self._ahead is not None:
             return
-        ahead: Future[Sample] = Future()
+        ahead = _Ahead()
         self._ahead = ahead
         self.read_started_s = time.monotonic()
 
@@ -153,6 +176,8 @@ def read_lines(path: str, name: str | None = None) -> Generator[tuple[int, str],
     (at most ``MAX_LINE_BYTES``), whatever the file holds. A gzip stream that ends early
     (a recording still being written, or one whose recorder was killed) ends the lines
     there; a corrupt one is a ``ParseError``."""
+    import gzip  # replays only: the live monitor's first frame does not wait for it
+
     name = name or os.path.basename(path)
     try:
         with open(path, "rb") as raw:
