@@ -170,3 +170,5 @@ def test_the_loop_threads_file_is_read_open_and_closed_with_the_sampler() -> Non
         proc.wait()
         sampler.close()
     assert path not in _open_files()
+    sampler.close()  # twice: nothing left to close
+    assert sampler._loop_syscall() is None  # a look after close opens again (the process is gone)

@@ -187,9 +187,11 @@ class LoopSampler:
             raise
 
     def close(self) -> None:
-        """Close the loop thread's file (a sampler no longer probed)."""
+        """Close the loop thread's file (a sampler no longer probed). A later look opens it
+        again rather than read a number the process may since have given another file."""
         if self._loop_file is not None:
             self._loop_file()
+            self._loop_file, self._loop_fd = None, -1
 
     def _syscall(self, tid: int) -> SyscallState | None:
         """The thread's call, or None when unreadable (gone, not permitted) or garbled."""
