@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
+
 import pytest
 
 from affmon.core import fmt
@@ -118,3 +121,76 @@ def test_cpulists_are_cut_to_width():
     assert fmt.cpus({0, 1, 2, 3, 8, 10, 12, 14}) == "0-3,8,10,12,14"
     assert fmt.cpus({0, 1, 2, 3, 8, 10, 12, 14}, 9) == "0-3,8,10…"
     assert fmt.cpus(None) == "-" and fmt.short_code("MASK_TOO_NARROW") == "NARROW"
+
+
+def _jittered(view, figures):
+    """``view`` with the CPU% of the processes in ``figures`` (pid -> percent) replaced."""
+    processes = tuple(
+        dataclasses.replace(p, cpu_percent=figures[p.pid]) if p.pid in figures else p for p in view.processes
+    )
+    return dataclasses.replace(view, processes=processes)
+
+
+def _roots(rows):
+    """The processes' PIDs top to bottom (the hogs are siblings: children of one shell)."""
+    return [r.process.pid for r in rows if r.process is not None]
+
+
+def test_rows_whose_cpu_reads_alike_keep_their_places_from_the_last_tick():
+    v = last_view("hogs")
+    options = TableOptions(sort="cpu", training_only=False)
+    hogs = [p.pid for p in v.processes if p.cpu_percent is not None and p.cpu_percent > 90 and p.pid != 608][:4]
+    assert len(hogs) == 4
+    ticks = [  # four hogs, their figures jittering by less than a point, as a real tick's do
+        {hogs[0]: 97.2, hogs[1]: 97.6, hogs[2]: 97.0, hogs[3]: 97.9},
+        {hogs[0]: 97.8, hogs[1]: 97.1, hogs[2]: 97.5, hogs[3]: 97.3},
+        {hogs[0]: 97.0, hogs[1]: 97.9, hogs[2]: 97.7, hogs[3]: 97.2},
+    ]
+    shown = None
+    orders = []
+    for figures in ticks:
+        rows = table_rows(_jittered(v, figures), options, shown)
+        shown = {r.key: i for i, r in enumerate(rows)}
+        orders.append([pid for pid in _roots(rows) if pid in hogs])
+    assert orders[0] == sorted(hogs, key=lambda pid: -ticks[0][pid])  # the first tick: the sort's own order
+    assert orders[1] == orders[0] and orders[2] == orders[0]  # then none trades places
+    exact = [[pid for pid in _roots(table_rows(_jittered(v, f), options)) if pid in hogs] for f in ticks]
+    assert exact[1] != exact[0] and exact[2] != exact[1]  # without the last tick's order they do
+
+
+def test_a_row_passes_another_when_their_figures_differ_by_more_than_a_point_and_two_percent():
+    v = last_view("hogs")
+    options = TableOptions(sort="cpu", training_only=False)
+    a, b = [p.pid for p in v.processes if p.cpu_percent is not None and p.cpu_percent > 90 and p.pid != 608][:2]
+    first = table_rows(_jittered(v, {a: 50.0, b: 49.5}), options)
+    assert _roots(first).index(a) < _roots(first).index(b)
+    shown = {r.key: i for i, r in enumerate(first)}
+    for figures, b_first in [
+        ({a: 49.6, b: 50.5}, False),  # 0.9 points: alike, a stays above
+        ({a: 49.0, b: 50.5}, True),  # 1.5 points, 3% of 50.5: b passes
+        ({a: 5.0, b: 5.9}, False),
+        ({a: 5.0, b: 6.1}, True),
+        ({a: 90.0, b: 91.7}, False),  # 1.7 points, under 2% of 91.7
+        ({a: 90.0, b: 92.0}, True),
+    ]:
+        roots = _roots(table_rows(_jittered(v, figures), options, shown))
+        assert (roots.index(b) < roots.index(a)) is b_first, figures
+
+
+def test_out_of_order_rows_always_read_alike_and_other_sorts_stay_exact():
+    v = last_view("hogs")
+    options = TableOptions(sort="cpu", training_only=False)
+    pids = [p.pid for p in v.processes if p.cpu_percent is not None and p.cpu_percent > 90 and p.pid != 608][:8]
+    rng = random.Random(7)
+    shown = None
+    for _ in range(40):
+        figures = {pid: rng.uniform(60.0, 66.0) for pid in pids}
+        rows = table_rows(_jittered(v, figures), options, shown)
+        shown = {r.key: i for i, r in enumerate(rows)}
+        order = [pid for pid in _roots(rows) if pid in pids]
+        for i, x in enumerate(order):
+            for y in order[i + 1 :]:
+                if figures[x] < figures[y]:  # out of the sort's order: must read alike
+                    assert figures[y] - figures[x] <= max(1.0, 0.02 * figures[y])
+        by_pid = TableOptions(sort="pid", training_only=False)
+        assert table_rows(_jittered(v, figures), by_pid, shown) == table_rows(_jittered(v, figures), by_pid)

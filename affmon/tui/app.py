@@ -176,6 +176,9 @@ class AffmonApp(App[None]):
         self._note_timer: Timer | None = None
         self._palette: Palette | None = None
         self._panes_shown: tuple[object, ...] | None = None  # what the side panes were last built from
+        # The options the process table's rows were last built with, and each row's place:
+        # rows whose figures read alike keep their places (``table.settle``).
+        self._rows_shown: tuple[TableOptions, dict[str, int]] | None = None
         self.panes = Panes()
         if autostart and isinstance(source, LiveSource):
             # The first sample is read while Textual starts (CSS, layout: a few hundred ms),
@@ -319,9 +322,11 @@ class AffmonApp(App[None]):
             self.panes.gpus.show(view.gpus, p, view.header.nvml_status)
             self.panes.gpu_plot.show(view.gpu_history, p)  # drawn only where it can be seen
             table = self.panes.table
-            rows = table_rows(view, self.options)
-            select = self._pending_select
             o = self.options
+            shown_as = self._rows_shown
+            rows = table_rows(view, o, shown_as[1] if shown_as is not None and shown_as[0] == o else None)
+            self._rows_shown = (o, {r.key: i for i, r in enumerate(rows)})
+            select = self._pending_select
             table.show(rows, p, self._job_colors(view), select=select, sort=SORT_COLUMNS.get(o.sort), reverse=o.reverse)
             if select is not None and table.selected_key == select:
                 self._pending_select = None

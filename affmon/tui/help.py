@@ -24,7 +24,11 @@ KEYS = (
     ("u", "undo the last pin affmon made (asks first)"),
     ("T", "tune the selected process's job: tries placements, keeps the best (asks first; Esc stops and restores)"),
     ("/", "filter by PID, name, command, user, scheduler or finding code (Enter keeps it, Esc clears it)"),
-    ("s", "next sort: findings → CPU % → wait % → PID → every other column; the sorted column's header shows ▼"),
+    (
+        "s",
+        "next sort: findings → CPU % → wait % → PID → every other column; the sorted column's header shows ▼; "
+        "rows whose CPU % or wait % differ by 1 point or less (or 2%) keep their places",
+    ),
     ("F6", "every column to sort by, the sorted one marked (Enter sorts, Esc keeps)"),
     ("I", "reverse the sort (▲)"),
     ("a", "all processes ↔ training processes only"),

@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
-# Where the monitor's CPU goes, thread by thread, watching one training-like rank alone
-# (bench/workloads/ranks.py), with htop beside it in the same tmux server: each thread's
+# Where the monitor's CPU goes, thread by thread, watching RANKS training-like ranks (1;
+# bench/workloads/ranks.py) beside THREADS waking threads in 10 plain python processes (0;
+# bench/workloads/waking.py), with htop beside it in the same tmux server: each thread's
 # utime + stime from /proc/PID/task/TID/stat over SECONDS (40), named by py-spy dump when
 # py-spy is installed (the bench extra), and htop's over the same window.
-#   bench/cost/tui_threads.sh [SECONDS]
+#   [RANKS=4] [THREADS=2000] bench/cost/tui_threads.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-40}
 py=${PYTHON:-.venv/bin/python}
 tmp=$(mktemp -d)
-"$py" -m bench.workloads.ranks --seconds $((secs + 60)) > "$tmp/rank.json" &
-rank=$!
+ranks=${RANKS:-1}
+threads=${THREADS:-0}
+pids=()
+for r in $(seq 1 "$ranks"); do
+  "$py" -m bench.workloads.ranks --seconds $((secs + 60)) --seed "$r" > "$tmp/rank$r.json" &
+  pids+=($!)
+done
+if [ "$threads" -gt 0 ]; then
+  for p in $(seq 1 10); do
+    "$py" -m bench.workloads.waking --threads $((threads / 10)) --seconds $((secs + 60)) --seed "$p" > /dev/null &
+    pids+=($!)
+  done
+fi
 sock="affmon-threads-$$"
-cleanup() { tmux -L "$sock" kill-server 2>/dev/null || true; kill "$rank" 2>/dev/null || true; rm -rf "$tmp"; }
+cleanup() { tmux -L "$sock" kill-server 2>/dev/null || true; kill "${pids[@]}" 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-while [ ! -s "$tmp/rank.json" ]; do sleep 0.2; done
+for r in $(seq 1 "$ranks"); do while [ ! -s "$tmp/rank$r.json" ]; do sleep 0.2; done; done
 tmux -L "$sock" new-session -d -x 140 -y 40 "env -u COLUMNS -u LINES $py -m affmon --interval 1"
 tmux -L "$sock" new-window -d "env HOME=$tmp htop -d 10"
 sleep 8

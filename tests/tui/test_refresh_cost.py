@@ -678,3 +678,58 @@ def test_a_tick_that_moves_only_the_clock_redraws_only_the_clock(monkeypatch):
                         assert "read in" in bar.text.plain and set(puts) <= {"header-clock", "header-tail"}
 
     run(go())
+
+
+def test_rows_that_read_alike_keep_their_places_and_repaint_only_their_own_lines(monkeypatch):
+    """Four hogs whose CPU% jitters by under a point from tick to tick: the table keeps
+    their order from the last tick, so a tick repaints the four rows whose figures changed
+    and no row of a process that only moved. A new sort is the sort's own order."""
+    painted: list[int] = []
+    original = CellTable.refresh_row
+
+    def counting(self, row_index):
+        if self.id == "processes":
+            painted.append(row_index)
+        return original(self, row_index)
+
+    monkeypatch.setattr(CellTable, "refresh_row", counting)
+
+    async def go():
+        app = replay_app("hogs")
+        async with app.run_test(size=SIZE) as pilot:
+            await step(app, pilot, 2)
+            await pilot.press("a")  # every process: the hogs too
+            app.options = dataclasses.replace(app.options, sort="cpu")
+            base = app.view
+            hogs = [p.pid for p in base.processes if p.cpu_percent and p.cpu_percent > 40 and p.pid != 608][:4]
+            assert len(hogs) == 4
+            ticks = [
+                dict(zip(hogs, figures, strict=True))
+                for figures in ((20.2, 20.6, 20.0, 20.9), (20.8, 20.1, 20.5, 20.3), (20.0, 20.9, 20.7, 20.2))
+            ]
+
+            def jittered(figures):
+                processes = tuple(
+                    dataclasses.replace(p, cpu_percent=figures[p.pid]) if p.pid in figures else p
+                    for p in base.processes
+                )
+                return dataclasses.replace(base, processes=processes)
+
+            app._show_view(jittered(ticks[0]))
+            await pilot.pause()
+            first = list(app.panes.table._keys)
+            places = sorted(first.index(f"p:{pid}") for pid in hogs)
+            for figures in ticks[1:]:
+                painted.clear()
+                app._show_view(jittered(figures))
+                await pilot.pause()
+                assert app.panes.table._keys == first
+                assert sorted(painted) == places  # the hogs' own rows, no other
+            exact = [k for k in table_rows(jittered(ticks[2]), app.options) if k.process and k.process.pid in hogs]
+            assert [r.key for r in exact] != [k for k in first if k in {f"p:{pid}" for pid in hogs}]
+            app.options = dataclasses.replace(app.options, sort="pid")  # another sort: its own order
+            app._show_view(jittered(ticks[2]))
+            await pilot.pause()
+            assert app.panes.table._keys == [r.key for r in table_rows(app.view, app.options)]
+
+    run(go())

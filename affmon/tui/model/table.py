@@ -4,11 +4,17 @@ Processes are shown as a tree (launcher -> ranks -> DataLoader workers, or any p
 and child that are both shown); siblings are ordered by the sort key, so a sort never
 tears a worker away from its rank. A filter keeps the rows that match and their
 ancestors (the tree stays readable). Thread rows, when on, follow their process.
+
+Given the order shown at the last tick, siblings whose sorted figures read alike (CPU% or
+wait% within ``ALIKE_POINTS`` points or ``ALIKE_SHARE`` of the larger; the same findings)
+keep that order (``settle``): four ranks at 23.4-23.8% each no longer trade places every
+tick by their jitter, taking their workers' rows with them. A row passes another only
+when their figures differ by more than that.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from affmon.core.fmt import short_code
@@ -121,6 +127,50 @@ def sort_key(sort: str, row: ProcessRow) -> tuple[float, ...]:
     return (-(worst + 1 if worst is not None else 0), -len(row.findings), -shown_cpu(row.cpu_percent), row.pid)
 
 
+ALIKE_POINTS = 1.0  # percentage points: two CPU% (or wait%) figures this close read alike
+ALIKE_SHARE = 0.02  # ... or this share of the larger one
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(a - b) <= max(ALIKE_POINTS, ALIKE_SHARE * max(abs(a), abs(b)))
+
+
+def _percent(ratio: float | None) -> float | None:
+    return None if ratio is None else 100.0 * ratio
+
+
+# The sorts whose figures jitter from tick to tick, and when two rows read alike for them.
+ALIKE: dict[str, Callable[[ProcessRow, ProcessRow], bool]] = {
+    "findings": lambda a, b: (
+        a.worst == b.worst and len(a.findings) == len(b.findings) and _close(a.cpu_percent, b.cpu_percent)
+    ),
+    "cpu": lambda a, b: _close(a.cpu_percent, b.cpu_percent),
+    "wait": lambda a, b: _close(_percent(a.wait_ratio), _percent(b.wait_ratio)),
+}
+
+
+def settle(rows: list[ProcessRow], sort: str, previous: Mapping[str, int]) -> None:
+    """Put back, in place, the order of ``previous`` (row key -> its place at the last
+    tick) between neighbours of the sorted ``rows`` that read alike for ``sort``. Only
+    alike neighbours are swapped, so any two rows out of the sort's order read alike; each
+    swap mends one pair that ``previous`` had the other way round, so it ends."""
+    alike = ALIKE.get(sort)
+    if alike is None or not previous or len(rows) < 2:
+        return
+    place = [previous.get(process_key(r.pid)) for r in rows]
+    swapped = True
+    while swapped:
+        swapped = False
+        for i in range(len(rows) - 1):
+            a, b = place[i], place[i + 1]
+            if a is not None and b is not None and b < a and alike(rows[i], rows[i + 1]):
+                rows[i], rows[i + 1] = rows[i + 1], rows[i]
+                place[i], place[i + 1] = b, a
+                swapped = True
+
+
 def matches(row: ProcessRow, text: str) -> bool:
     """Case-insensitive: PID, name, command line, user, the scheduler that placed it (a
     ``DetailedRow``'s context: "slurm 4242"), finding codes (long or short)."""
@@ -149,8 +199,9 @@ def visible_processes(view: View, options: TableOptions) -> list[ProcessRow]:
     return [p for p in rows if p.pid in keep]
 
 
-def table_rows(view: View, options: TableOptions) -> tuple[TableRow, ...]:
-    """The rows of the process table, top to bottom."""
+def table_rows(view: View, options: TableOptions, previous: Mapping[str, int] | None = None) -> tuple[TableRow, ...]:
+    """The rows of the process table, top to bottom; ``previous``: each row key's place in
+    the rows shown at the last tick, under the same options (``settle``)."""
     shown = visible_processes(view, options)
     by_pid = {p.pid: p for p in shown}
     every = {p.pid: p for p in view.processes}
@@ -160,6 +211,8 @@ def table_rows(view: View, options: TableOptions) -> tuple[TableRow, ...]:
         children.setdefault(parent, []).append(p)
     for siblings in children.values():
         siblings.sort(key=lambda r: sort_key(options.sort, r), reverse=options.reverse)
+        if previous:
+            settle(siblings, options.sort, previous)
     out: list[TableRow] = []
     visited: set[int] = set()
 
