@@ -110,6 +110,26 @@ def test_history_is_bounded_and_ordered():
     assert len(full.gpu_history[0].util_percent.values) == 4
 
 
+def test_a_views_history_is_what_it_was_at_its_tick_however_late_it_is_read():
+    """A view's process histories are built when first read (the UI reads the selected
+    process's): read after later ticks, each is still the series up to its own tick, every
+    watched process's, times relative to that tick."""
+    vs = views("hogs")
+    assert len(vs) >= 3
+    for i, v in enumerate(vs):
+        assert set(v.process_history) == {p.pid for p in v.processes if p.watched}
+        for pid in v.process_history:
+            h = v.process_history[pid]
+            ticks = [u for u in vs[: i + 1] if u.process(pid) is not None]
+            assert h.wait_ratio.values == tuple(u.process(pid).wait_ratio for u in ticks)
+            assert h.cpu_percent.values == tuple(u.process(pid).cpu_percent for u in ticks)
+            now = v.header.wall_time_s
+            assert h.cpu_percent.t_s[-1] == 0.0
+            assert h.cpu_percent.t_s == pytest.approx(tuple(u.header.wall_time_s - now for u in ticks), abs=0.05)
+            assert v.process_history[pid] is h  # built once
+    assert 999_999 not in vs[-1].process_history and vs[-1].process_history.get(999_999) is None
+
+
 def test_a_process_that_exits_goes_and_one_that_appears_comes():
     header, samples = load("clean")
     m = Monitor(header.topology, monitor("clean").info)

@@ -20,7 +20,9 @@ measured side by side on a two-core VM).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
+from typing import Generic, TypeVar
 
 from affmon.core.findings import DEFAULT_THRESHOLDS, ExpectedMasks, FindingTracker, Thresholds, find_jobs
 from affmon.core.need import for_need
@@ -62,7 +64,65 @@ class _Ring:
         self.v.append(value)
 
     def series(self, now: float) -> Series:
-        return Series(tuple(round(t - now, 3) for t in self.t), tuple(self.v))
+        return _series(self.frozen(), now)
+
+    def frozen(self) -> _Frozen:
+        return tuple(self.t), tuple(self.v)
+
+
+_Frozen = tuple[tuple[float, ...], tuple[float | None, ...]]
+_R = TypeVar("_R")
+_H = TypeVar("_H")
+
+
+def _series(frozen: _Frozen, now: float) -> Series:
+    t, v = frozen
+    return Series(tuple(round(x - now, 3) for x in t), v)
+
+
+class Histories(Mapping[int, _H], Generic[_R, _H]):
+    """Each watched process's (or GPU's) history as one tick left it, by PID (or index);
+    one's series are built when it is first looked up. The monitor shows the selected
+    process's alone, and the GPUs' where their plot is in sight: building every series at
+    every tick (300 points a series once five minutes are kept; seven series a probed rank,
+    three a GPU) was work no one read (``python -m bench.cost.monitor_feed``). Immutable:
+    the rings are copied at the tick (a C-level copy each); what waits is the rounding of
+    each point to seconds before that tick."""
+
+    __slots__ = ("_build", "_built", "_now", "_raw")
+
+    def __init__(self, raw: dict[int, _R], build: Callable[[_R, float], _H], now: float) -> None:
+        self._raw = raw
+        self._build = build
+        self._now = now
+        self._built: dict[int, _H] = {}
+
+    def __getitem__(self, key: int) -> _H:
+        built = self._built.get(key)
+        if built is None:
+            built = self._built[key] = self._build(self._raw[key], self._now)
+        return built
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
+_ProcessRings = tuple[_Frozen, _Frozen, tuple[_Frozen, ...] | None]  # wait, CPU, the loop's (shares, GPU busy)
+
+
+def _process_history(raw: _ProcessRings, now: float) -> ProcessHistory:
+    wait, cpu, loop = raw
+    if loop is None:
+        return ProcessHistory(_series(wait, now), _series(cpu, now))
+    shares = tuple(_series(r, now) for r in loop[: len(PLOTTED_SHARES)])
+    return TrackedHistory(_series(wait, now), _series(cpu, now), LoopHistory(shares, _series(loop[-1], now)))
+
+
+def _gpu_history(raw: tuple[_Frozen, ...], now: float) -> GpuHistory:
+    return GpuHistory(*(_series(r, now) for r in raw))
 
 
 class Monitor:
@@ -131,8 +191,12 @@ class Monitor:
                     ring.add(now, value)
         self._proc = {k: v for k, v in self._proc.items() if k in alive}  # exited processes go
         self._loop = {k: v for k, v in self._loop.items() if k in alive}
-        gpu_history = {i: GpuHistory(*(r.series(now) for r in rings)) for i, rings in self._gpu.items()}
-        process_history = {key[0]: self._history(key, rings, now) for key, rings in self._proc.items()}
+        gpu_history = Histories(
+            {i: tuple(r.frozen() for r in rings) for i, rings in self._gpu.items()}, _gpu_history, now
+        )
+        process_history = Histories(
+            {key[0]: self._frozen(key, rings) for key, rings in self._proc.items()}, _process_history, now
+        )
         samples = {p.sample.pid: p.sample for p in snapshot.processes}
         processes = tuple(
             detailed(r, loops.get(r.pid), samples.get(r.pid)) for r in process_rows(snapshot, jobs, findings)
@@ -146,8 +210,8 @@ class Monitor:
             jobs=tuple(j.pid for j in jobs),
             training_jobs=frozenset(j.pid for j in jobs if j.training),
             cores=core_groups(snapshot, jobs),
-            gpu_history=MappingProxyType(gpu_history),
-            process_history=MappingProxyType(process_history),
+            gpu_history=gpu_history,
+            process_history=process_history,
             snapshot=snapshot,
         )
 
@@ -209,13 +273,9 @@ class Monitor:
                 return (*recent[:i], snapshot)
         return ()
 
-    def _history(self, key: tuple[int, int], rings: tuple[_Ring, _Ring], now: float) -> ProcessHistory:
-        wait, cpu = rings[0].series(now), rings[1].series(now)
+    def _frozen(self, key: tuple[int, int], rings: tuple[_Ring, _Ring]) -> _ProcessRings:
         loop = self._loop.get(key)
-        if loop is None:
-            return ProcessHistory(wait, cpu)
-        shares = tuple(r.series(now) for r in loop[: len(PLOTTED_SHARES)])
-        return TrackedHistory(wait, cpu, LoopHistory(shares, loop[-1].series(now)))
+        return rings[0].frozen(), rings[1].frozen(), None if loop is None else tuple(r.frozen() for r in loop)
 
     def _ring(self) -> _Ring:
         return _Ring(self.history_len)

@@ -106,15 +106,16 @@ def plot_title(data: Sequence[tuple[int, GpuHistory]]) -> str:
     return f"GPU utilisation % (left) and PCIe GiB/s (right), last {span:.0f} s"
 
 
-class GpuPlot(LazyPlot[tuple[tuple[int, GpuHistory], ...]]):
+class GpuPlot(LazyPlot[Mapping[int, GpuHistory]]):
     """Utilisation (%, left axis) and PCIe RX/TX (GiB/s, right axis) of every GPU. The
     labels name their axis and unit, and the title the span the x axis covers (seconds
     before the newest sample): plotext marks a right-axis line only with "⅃"."""
 
     def show(self, history: Mapping[int, GpuHistory], p: Palette) -> None:
-        self.put(tuple(sorted(history.items())))
+        self.put(history)  # as it is: its series are built when drawn, so only where seen
 
-    def draw(self, data: tuple[tuple[int, GpuHistory], ...]) -> None:
+    def draw(self, history: Mapping[int, GpuHistory]) -> None:
+        data = tuple(sorted(history.items()))
         plt = self.plt
         plt.title(plot_title(data))
         for index, h in data:
