@@ -88,6 +88,35 @@ def test_probes_classify_what_the_thread_waits_on(tree: Path) -> None:
     assert s.syscall_readable
 
 
+def test_a_stalled_workers_place_is_read_again_only_once_it_ran(tree: Path) -> None:
+    """A stalled pipeline (its workers did not run) names where each worker thread sleeps.
+    A thread whose run and wait times did not move since that was read has not been on a
+    CPU, so it sleeps where it slept: kept, its files not read again; once it ran, read."""
+    clock = Clock()
+    s = sampler(tree, clock)
+    write(tree, "/proc/101/task/101/stat", STAT.replace("100 (python)", "101 (python)"))
+    write(tree, "/proc/101/task/101/wchan", "pipe_read")
+    write(tree, "/proc/101/task/101/syscall", call(0, 3))
+
+    def window(at: float) -> list[tuple[str | None, str | None]]:
+        clock.now = at
+        w = s.window()
+        assert w.workers is not None
+        return [(t.wchan, t.syscall) for t in w.workers.waits]
+
+    assert window(1.0) == [("pipe_read", "read")]
+    write(tree, "/proc/101/task/101/wchan", "futex_wait_queue")  # as if read at another time: not read
+    write(tree, "/proc/101/task/101/syscall", call(202, 0x7F00, 0x80))
+    assert window(2.0) == [("pipe_read", "read")]
+    write(tree, "/proc/101/task/101/schedstat", "20000 3000 1\n")  # it ran, for 20 us: still stalled
+    assert window(3.0) == [("futex_wait_queue", "futex")]
+    assert window(4.0) == [("futex_wait_queue", "futex")]
+    write(tree, "/proc/101/task/101/schedstat", "20000 9000 2\n")  # it waited for a CPU: it was woken
+    write(tree, "/proc/101/task/101/wchan", "pipe_read")
+    write(tree, "/proc/101/task/101/syscall", call(0, 3))
+    assert window(5.0) == [("pipe_read", "read")]
+
+
 def test_futex_is_other_when_the_feeder_sleeps_elsewhere(tree: Path) -> None:
     s = sampler(tree, Clock())
     write(tree, "/proc/100/task/102/syscall", call(230, 0, 0, 0x1000))

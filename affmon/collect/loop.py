@@ -156,6 +156,9 @@ class LoopSampler:
         self._frame_probes = 0
         self._data_probes = 0
         self._where: Counter[str] = Counter()  # running probes by where the stack was (frame_label)
+        # A stalled pipeline's sleeping worker threads: by TID, the run and wait times they
+        # had when their place was read, and that place (``_waits``).
+        self._last_waits: dict[int, tuple[tuple[int, int], TaskWait]] = {}
         self.start_ticks = self._start_ticks()  # with the TID, the thread's identity
         self._refresh()
         self._mark = self._take_mark()
@@ -391,14 +394,28 @@ class LoopSampler:
                 cpus |= mask
         return cpus
 
-    def _waits(self) -> tuple[TaskWait, ...]:
+    def _waits(self, times: dict[int, tuple[int, int]]) -> tuple[TaskWait, ...]:
         """Where each thread of the workers sleeps now (at most ``MAX_WAITS``): its state,
-        ``wchan`` and the system call, for a pipeline whose workers did not run."""
+        ``wchan`` and the system call, for a pipeline whose workers did not run. A thread
+        whose run and wait times (``times``, its ``schedstat`` at this window's mark) are
+        those it had when its place was last read has not been on a CPU since, so it sleeps
+        where it slept: that place is kept, not read again (three files a thread, every
+        window of a stalled pipeline). One that was woken and has not run yet shows where it
+        slept until it runs, as the sampler's threads do."""
         found: list[TaskWait] = []
+        last = self._last_waits
+        kept: dict[int, tuple[tuple[int, int], TaskWait]] = {}
         for child in self.children:
             for tid in self.fs.tids(child):
                 if len(found) >= MAX_WAITS:
+                    self._last_waits = kept
                     return tuple(found)
+                now = times.get(tid)
+                before = last.get(tid)
+                if now is not None and before is not None and before[0] == now and before[1].pid == child:
+                    found.append(before[1])
+                    kept[tid] = before
+                    continue
                 try:
                     stat = self.fs.stat(child, tid)
                 except ParseError:
@@ -412,7 +429,11 @@ class LoopSampler:
                 call = None if state is None else ("running" if state.running else state.name(self.machine))
                 if state is not None and not state.running and state.number == -1:
                     call = "-"
-                found.append(TaskWait(child, tid, stat.state, wchan if wchan not in (None, "", "0") else None, call))
+                wait = TaskWait(child, tid, stat.state, wchan if wchan not in (None, "", "0") else None, call)
+                found.append(wait)
+                if now is not None:
+                    kept[tid] = (now, wait)
+        self._last_waits = kept
         return tuple(found)
 
     def _workers(self, old: _Mark, new: _Mark) -> WorkerStats:
@@ -424,7 +445,9 @@ class LoopSampler:
         seconds = new.monotonic_s - old.monotonic_s
         waits: tuple[TaskWait, ...] = ()
         if self.children and seconds > 0 and run < STALL_CPUS * seconds * 1e9:
-            waits = self._waits()
+            waits = self._waits(new.workers)
+        else:
+            self._last_waits = {}
         domain = self._domain()
         free = None
         if domain and old.cpu_times and new.cpu_times:
