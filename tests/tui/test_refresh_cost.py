@@ -127,6 +127,44 @@ def test_one_changed_cell_renders_one_cell(monkeypatch):
     run(go())
 
 
+def test_the_header_row_is_drawn_through_rich_once_while_its_labels_stay(monkeypatch):
+    """Textual keys its render of a header cell on the table's update count, which every
+    changed figure below moves: a repaint of the whole table (a re-sort) drew the header
+    through Rich again. Kept while the labels, widths and look stay; a new label is drawn."""
+    headers: list[int] = []
+    original = DataTable._render_cell
+
+    def counting(self, row_index, column_index, *args, **kwargs):
+        if row_index == -1:
+            headers.append(column_index)
+        return original(self, row_index, column_index, *args, **kwargs)
+
+    monkeypatch.setattr(DataTable, "_render_cell", counting)
+
+    async def go():
+        app = _Threads()
+        async with app.run_test() as pilot:
+            t = app.query_one(ThreadTable)
+            p = palette(app)
+            t.show([_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)], p)
+            await pilot.pause()
+            assert headers  # drawn once
+            before = "".join(seg.text for seg in t.render_line(0))
+            headers.clear()
+            t.show([_thread(12, 50.0), _thread(10, 40.0), _thread(11, 30.0)], p)  # every row changed
+            t.refresh()  # the whole table painted again, the header line with it
+            await pilot.pause()
+            assert headers == []
+            assert "".join(seg.text for seg in t.render_line(0)) == before
+            t.columns[t.ordered_columns[0].key].label = Text("THREAD")
+            t._update_count += 1
+            t.refresh()
+            await pilot.pause()
+            assert 0 in headers and "THREAD" in "".join(seg.text for seg in t.render_line(0))
+
+    run(go())
+
+
 def test_a_changed_row_paints_its_own_line_only(monkeypatch):
     """The table's other lines, down to the blank ones below its last row, are not drawn
     again when one figure changes."""

@@ -63,6 +63,8 @@ class CellTable(DataTable[Text]):
         self._shown: list[Cells] = []
         self._renders: dict[tuple[object, ...], tuple[Text, list[list[Segment]]]] = {}
         self._drawn: dict[tuple[object, ...], list[list[Segment]]] = {}  # by what the cell draws, not where
+        self._headers: dict[tuple[object, ...], list[list[Segment]]] = {}  # the header row's cells
+        self._metas: dict[tuple[int, int, bool], Style] = {}  # ``_meta``
         self.cell_renders = 0  # cells rendered through Rich (a figure for tests and benchmarks)
         self._pass_styles: dict[str, Style] | None = None  # during render_lines: styles looked up
 
@@ -217,7 +219,7 @@ class CellTable(DataTable[Text]):
             extend_style = Style.from_color(color=row_style.color, bgcolor=faded_color.rich_color)
         else:
             extend_style = Style.from_color(row_style.color, row_style.bgcolor)
-        extend_style += Style.from_meta({"row": row_index, "column": 0, "out_of_bounds": True})
+        extend_style += self._meta(row_index, 0, out_of_bounds=True)
         scrollable_row.append([Segment(" " * remaining_space, extend_style)])
         row_pair: tuple[list[list[Segment]], list[list[Segment]]] = ([], scrollable_row)
         self._row_render_cache[cache_key] = row_pair
@@ -227,7 +229,22 @@ class CellTable(DataTable[Text]):
         self._shown = []
         self._renders.clear()
         self._drawn.clear()
+        self._headers.clear()
         return super().clear(columns)
+
+    def _meta(self, row: int, column: int, out_of_bounds: bool = False) -> Style:
+        """The style that carries a place on screen (what a mouse click reads), made once
+        per place: ``Style.from_meta`` marshals its dict each time it is called."""
+        key = (row, column, out_of_bounds)
+        style = self._metas.get(key)
+        if style is None:
+            meta: dict[str, object] = {"row": row, "column": column}
+            if out_of_bounds:
+                meta["out_of_bounds"] = True
+            if len(self._metas) >= RENDER_CACHE_CELLS:
+                self._metas.clear()  # bounded by the places on screen; a backstop
+            style = self._metas[key] = Style.from_meta(meta)
+        return style
 
     def _render_cell(
         self,
@@ -240,8 +257,33 @@ class CellTable(DataTable[Text]):
     ) -> list[list[Segment]]:
         row_key = self._row_locations.get_key(row_index)
         column_key = self._column_locations.get_key(column_index)
-        if row_key is None or column_key is None:  # the header row: Textual's own cache
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        if row_key is None or column_key is None:
+            if row_index != -1 or column_key is None:  # row labels (none here): Textual's own cache
+                return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+            # The header row: Textual's cache of it is emptied with every change of a figure
+            # below it (its key holds the update count), so each tick drew it through Rich again.
+            label = self.columns[column_key].label
+            header_key = (
+                content_key(label),
+                column_index,
+                base_style,
+                width,
+                cursor,
+                hover,
+                self._show_hover_cursor,
+                self._pseudo_class_state,
+                self.show_cursor,
+                self.header_height,
+                self.cursor_foreground_priority,
+                self.cursor_background_priority,
+            )
+            header = self._headers.get(header_key)
+            if header is None:
+                header = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+                if len(self._headers) >= RENDER_CACHE_CELLS:
+                    self._headers.clear()  # a backstop: a few columns at a few widths and looks
+                self._headers[header_key] = header
+            return header
         value = self._data[row_key][column_key]
         key = (
             row_index,  # the render carries its position (mouse clicks read it)
@@ -259,7 +301,7 @@ class CellTable(DataTable[Text]):
         look = (content_key(value), *key[2:])
         drawn = self._drawn.get(look)
         if drawn is not None:
-            lines = _moved(drawn, Style.from_meta({"row": row_index, "column": column_index}))
+            lines = _moved(drawn, self._meta(row_index, column_index))
         else:
             lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
             if len(self._drawn) >= RENDER_CACHE_CELLS:
