@@ -60,6 +60,13 @@ def _tunes_end_first(app: App[Any]) -> Iterator[None]:
     left on it, the others moved off its CPUs, nothing on screen to say so."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            # The terminal hung up: the kernel sends SIGCONT next, which Textual's driver takes
+            # for a resume after Ctrl-Z and enters application mode again on the dead
+            # terminal. Its new writer thread died on the first write, its queue filled, and
+            # the exit waited on it forever. Python runs pending handlers in signal order, so
+            # this one (1) comes before SIGCONT's (18).
+            signal.signal(signal.SIGCONT, signal.SIG_DFL)
         tune = sys.modules.get("affmon.actions.tune")  # loaded by the first T: no tune ran without it
         if tune is not None:
             tune.abort_running()
