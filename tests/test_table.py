@@ -194,3 +194,36 @@ def test_out_of_order_rows_always_read_alike_and_other_sorts_stay_exact():
                     assert figures[y] - figures[x] <= max(1.0, 0.02 * figures[y])
         by_pid = TableOptions(sort="pid", training_only=False)
         assert table_rows(_jittered(v, figures), by_pid, shown) == table_rows(_jittered(v, figures), by_pid)
+
+
+def test_settling_a_thousand_alike_rows_is_bounded_and_keeps_its_promise(monkeypatch):
+    """Under ``a`` a machine's idle processes all read alike (CPU under a point): putting
+    back the last tick's order among them one swap at a time would cost a million
+    comparisons a tick. The passes are bounded; what comes out still has only alike rows
+    out of the sort's order."""
+    from affmon.tui.model import table
+
+    base = next(p for p in last_view("hogs").processes if p.cpu_percent is not None)
+    rng = random.Random(3)
+    rows = [dataclasses.replace(base, pid=10_000 + i, cpu_percent=rng.uniform(0.0, 0.9)) for i in range(1000)]
+    rows.sort(key=lambda r: table.sort_key("cpu", r))
+    last = list(range(len(rows)))
+    rng.shuffle(last)  # the last tick's places: another order altogether
+    previous = {table.process_key(r.pid): place for r, place in zip(rows, last, strict=True)}
+    calls = 0
+    alike = table.ALIKE["cpu"]
+
+    def counting(a, b):
+        nonlocal calls
+        calls += 1
+        return alike(a, b)
+
+    monkeypatch.setitem(table.ALIKE, "cpu", counting)
+    settled = list(rows)
+    table.settle(settled, "cpu", previous)
+    assert calls <= 16 * len(rows)  # at most 16 comparisons a row a tick
+    assert sorted(r.pid for r in settled) == sorted(r.pid for r in rows)
+    assert settled != rows  # it did move rows towards the last tick's order
+    figures = [r.cpu_percent for r in settled]
+    for i, x in enumerate(figures):
+        assert all(y - x <= 1.0 for y in figures[i + 1 :])  # out of order only within a point

@@ -151,17 +151,21 @@ ALIKE: dict[str, Callable[[ProcessRow, ProcessRow], bool]] = {
 }
 
 
+SETTLE_PASSES = 8  # passes over one list of siblings, a tick
+
+
 def settle(rows: list[ProcessRow], sort: str, previous: Mapping[str, int]) -> None:
     """Put back, in place, the order of ``previous`` (row key -> its place at the last
     tick) between neighbours of the sorted ``rows`` that read alike for ``sort``. Only
-    alike neighbours are swapped, so any two rows out of the sort's order read alike; each
-    swap mends one pair that ``previous`` had the other way round, so it ends."""
+    alike neighbours are swapped, so any two rows out of the sort's order read alike. At
+    most ``SETTLE_PASSES`` passes: a jittering row is a place or two off, while a thousand
+    idle processes under ``a``, all alike, would otherwise be bubbled back into the last
+    tick's order one swap at a time (a million comparisons a tick)."""
     alike = ALIKE.get(sort)
     if alike is None or not previous or len(rows) < 2:
         return
     place = [previous.get(process_key(r.pid)) for r in rows]
-    swapped = True
-    while swapped:
+    for _ in range(SETTLE_PASSES):
         swapped = False
         for i in range(len(rows) - 1):
             a, b = place[i], place[i + 1]
@@ -169,6 +173,8 @@ def settle(rows: list[ProcessRow], sort: str, previous: Mapping[str, int]) -> No
                 rows[i], rows[i + 1] = rows[i + 1], rows[i]
                 place[i], place[i + 1] = b, a
                 swapped = True
+        if not swapped:
+            return
 
 
 def matches(row: ProcessRow, text: str) -> bool:
