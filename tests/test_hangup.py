@@ -18,7 +18,6 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
-import select
 import struct
 import sys
 import termios
@@ -26,27 +25,10 @@ import time
 
 import pytest
 
+from tests.pty_read import read_pty
 from tests.test_export import REPO
 
 DEADLINE_S = 20.0  # a loaded two-core machine takes seconds to start the monitor
-
-
-def _drain(fd: int, until: float, want: bytes | None = None) -> bytes:
-    """Read what the monitor writes until ``until`` (or until ``want`` was seen)."""
-    seen = b""
-    while time.monotonic() < until:
-        ready, _, _ = select.select([fd], [], [], 0.05)
-        if ready:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen = (seen + chunk)[-65536:]
-            if want is not None and want in seen:
-                break
-    return seen
 
 
 def _gone(pid: int, deadline: float) -> bool:
@@ -69,9 +51,9 @@ def test_the_monitor_ends_when_its_terminal_hangs_up(after_s: float) -> None:
     try:
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
         # The first frame (plain text, before Textual loads) names the machine's CPUs.
-        first = _drain(fd, time.monotonic() + DEADLINE_S, b"CPUs")
+        first = read_pty(fd, time.monotonic() + DEADLINE_S, b"CPUs")
         assert b"CPUs" in first
-        _drain(fd, time.monotonic() + after_s)
+        read_pty(fd, time.monotonic() + after_s)
     finally:
         os.kill(pid, 1)  # what tmux sends a pane's process when it closes it, before the hang-up
         os.close(fd)  # the hang-up: the kernel sends the session SIGHUP, then SIGCONT

@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 import pty
 import re
-import select
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tests.pty_read import read_pty
 
 
 def test_the_end_says_the_size_and_the_hourly_rate(tmp_path: Path) -> None:
@@ -44,18 +45,7 @@ def test_on_a_terminal_a_progress_line_is_rewritten_then_cleared(tmp_path: Path)
             sys.executable,
             [sys.executable, "-m", "affmon", "record", str(path), "--duration", "1.5", "--interval", "0.5"],
         )
-    seen = b""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 1.0)
-        if ready:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
+    seen = read_pty(fd, time.monotonic() + 120)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, seen
     text = seen.decode()

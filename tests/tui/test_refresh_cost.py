@@ -10,6 +10,7 @@ import dataclasses
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import given
@@ -97,18 +98,25 @@ class _Threads(App[None]):
         yield ThreadTable(id="t")
 
 
-def test_one_changed_cell_renders_one_cell(monkeypatch):
-    """Textual's table renders every visible cell again after any update; only the cell
-    whose value changed may go through Rich again."""
+def _rich_renders(monkeypatch, rows: Callable[[int], bool]) -> list[tuple[int, int]]:
+    """The (row, column) of each cell Textual's table renders through Rich from now on, of
+    the rows ``rows`` keeps (the header is row -1)."""
     rendered: list[tuple[int, int]] = []
     original = DataTable._render_cell
 
     def counting(self, row_index, column_index, *args, **kwargs):
-        if row_index >= 0:
+        if rows(row_index):
             rendered.append((row_index, column_index))
         return original(self, row_index, column_index, *args, **kwargs)
 
     monkeypatch.setattr(DataTable, "_render_cell", counting)
+    return rendered
+
+
+def test_one_changed_cell_renders_one_cell(monkeypatch):
+    """Textual's table renders every visible cell again after any update; only the cell
+    whose value changed may go through Rich again."""
+    rendered = _rich_renders(monkeypatch, lambda row: row >= 0)
 
     async def go():
         app = _Threads()
@@ -131,15 +139,7 @@ def test_the_header_row_is_drawn_through_rich_once_while_its_labels_stay(monkeyp
     """Textual keys its render of a header cell on the table's update count, which every
     changed figure below moves: a repaint of the whole table (a re-sort) drew the header
     through Rich again. Kept while the labels, widths and look stay; a new label is drawn."""
-    headers: list[int] = []
-    original = DataTable._render_cell
-
-    def counting(self, row_index, column_index, *args, **kwargs):
-        if row_index == -1:
-            headers.append(column_index)
-        return original(self, row_index, column_index, *args, **kwargs)
-
-    monkeypatch.setattr(DataTable, "_render_cell", counting)
+    headers = _rich_renders(monkeypatch, lambda row: row == -1)
 
     async def go():
         app = _Threads()
@@ -160,7 +160,7 @@ def test_the_header_row_is_drawn_through_rich_once_while_its_labels_stay(monkeyp
             t._update_count += 1
             t.refresh()
             await pilot.pause()
-            assert 0 in headers and "THREAD" in "".join(seg.text for seg in t.render_line(0))
+            assert (-1, 0) in headers and "THREAD" in "".join(seg.text for seg in t.render_line(0))
 
     run(go())
 

@@ -257,21 +257,17 @@ class CellTable(DataTable[Text]):
     ) -> list[list[Segment]]:
         row_key = self._row_locations.get_key(row_index)
         column_key = self._column_locations.get_key(column_index)
+        # What a cell's render depends on besides its content and place.
+        look = (base_style, width, cursor, hover, self._show_hover_cursor, self._pseudo_class_state)
         if row_key is None or column_key is None:
             if row_index != -1 or column_key is None:  # row labels (none here): Textual's own cache
                 return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
             # The header row: Textual's cache of it is emptied with every change of a figure
             # below it (its key holds the update count), so each tick drew it through Rich again.
-            label = self.columns[column_key].label
             header_key = (
-                content_key(label),
+                content_key(self.columns[column_key].label),
                 column_index,
-                base_style,
-                width,
-                cursor,
-                hover,
-                self._show_hover_cursor,
-                self._pseudo_class_state,
+                *look,
                 self.show_cursor,
                 self.header_height,
                 self.cursor_foreground_priority,
@@ -285,28 +281,19 @@ class CellTable(DataTable[Text]):
                 self._headers[header_key] = header
             return header
         value = self._data[row_key][column_key]
-        key = (
-            row_index,  # the render carries its position (mouse clicks read it)
-            column_index,
-            base_style,
-            width,
-            cursor,
-            hover,
-            self._show_hover_cursor,
-            self._pseudo_class_state,
-        )
+        key = (row_index, column_index, *look)  # the render carries its place (mouse clicks read it)
         hit = self._renders.get(key)
         if hit is not None and hit[0] is value:
             return hit[1]
-        look = (content_key(value), *key[2:])
-        drawn = self._drawn.get(look)
+        drawn_key = (content_key(value), *look)
+        drawn = self._drawn.get(drawn_key)
         if drawn is not None:
             lines = _moved(drawn, self._meta(row_index, column_index))
         else:
             lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
             if len(self._drawn) >= RENDER_CACHE_CELLS:
                 self._drawn.clear()  # keyed by content and look: few distinct ones a table; a backstop
-            self._drawn[look] = lines
+            self._drawn[drawn_key] = lines
             self.cell_renders += 1
         if len(self._renders) >= RENDER_CACHE_CELLS:
             self._renders.clear()  # keyed by position and look: bounded by the screen, this is a backstop
