@@ -42,10 +42,9 @@ def measure(recording: str, ticks: int) -> list[float]:
         s = dataclasses.replace(s, monotonic_s=s.monotonic_s + shift, wall_time_s=s.wall_time_s + shift)
         t0 = time.thread_time()
         view = monitor.feed(s)
-        if view is not None:
-            for pid in view.process_history:  # what the UI reads: one process's history
-                view.process_history.get(pid)
-                break
+        shown = None if view is None else next(iter(view.process_history), None)
+        if view is not None and shown is not None:
+            view.process_history[shown]  # what the UI reads: one process's history
         out.append(time.thread_time() - t0)
     return out[-100:]
 

@@ -63,9 +63,6 @@ class _Ring:
         self.t.append(t)
         self.v.append(value)
 
-    def series(self, now: float) -> Series:
-        return _series(self.frozen(), now)
-
     def frozen(self) -> _Frozen:
         return tuple(self.t), tuple(self.v)
 
