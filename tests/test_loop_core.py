@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 from hypothesis import given
@@ -92,6 +93,12 @@ def test_parse_syscall_matches_the_full_parse_on_lines_like_the_kernels(number: 
     _same(" ".join([number, *args]) + end)
 
 
+def _asleep(tid: int | None) -> bool:
+    """Whether this process's thread ``tid`` sleeps (state S in its ``stat``)."""
+    with open(f"/proc/{os.getpid()}/task/{tid}/stat", encoding="ascii") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
+
 def test_parse_syscall_matches_the_full_parse_on_this_machines_threads() -> None:
     """Every thread of this process, read from its own ``syscall`` file as the probe does."""
     stop = threading.Event()
@@ -99,6 +106,11 @@ def test_parse_syscall_matches_the_full_parse_on_this_machines_threads() -> None
     for t in waiters:
         t.start()
     try:
+        # Started is not yet blocked: on a loaded machine a waiter may still be on its way
+        # into the wait (a runnable thread's file says "running"). Until all three sleep.
+        deadline = time.monotonic() + 30
+        while not all(_asleep(t.native_id) for t in waiters) and time.monotonic() < deadline:
+            time.sleep(0.01)
         seen = 0
         for tid in os.listdir(f"/proc/{os.getpid()}/task"):
             try:
