@@ -38,16 +38,8 @@ sys.path.insert(0, str(ROOT))
 from affmon.fleet.client import PrometheusClient  # noqa: E402
 from affmon.fleet.queries import Queries  # noqa: E402
 from affmon.fleet.source import fetch, fetch_node  # noqa: E402
-from tests.prom import binary, replaying_exporters, running, scrape_config, shared_port  # noqa: E402
+from tests.prom import FLEET, KILLED, binary, replaying_exporters, running, scrape_config, shared_port  # noqa: E402
 
-FLEET = {  # address -> recording: the fleet of tests/test_export_fleet.py
-    "127.0.0.2": "clean",
-    "127.0.0.3": "hogs",
-    "127.0.0.4": "narrow",
-    "127.0.0.5": "ddp2_overlap",
-    "127.0.0.6": "overlap",
-}
-KILLED = "127.0.0.4"  # the exporter the stale recording kills
 SCRAPE_S = 15
 HOUR_S = 3600
 

@@ -7,8 +7,8 @@ port with its data in ``tmp``, waits until it says it is ready, and kills it whe
 ends, whatever happens. The test scrapes only what its configuration names (loopback
 addresses the test started). Every wait polls with a deadline.
 
-``replaying_exporters`` starts the fleet such a Prometheus scrapes in the fleet tests: one
-``affmon export --replay`` per loopback address, all on one port (``shared_port``).
+``replaying_exporters`` starts the fleet such a Prometheus scrapes in the fleet tests (``FLEET``):
+one ``affmon export --replay`` per loopback address, all on one port (``shared_port``).
 """
 
 from __future__ import annotations
@@ -143,6 +143,17 @@ def scrape_config(jobs: dict[str, list[str]], *, interval: str = "1s", rule_file
 # own loopback address, all on one port.
 REPO = Path(__file__).resolve().parent.parent
 RECORDINGS = REPO / "tests" / "fixtures" / "recordings"
+# The fleet of the fleet tests and benchmarks: loopback address -> recording. A healthy
+# node, a job starved by other tenants' hogs, one on a too-narrow mask, a two-GPU node of
+# two ranks on one mask, and an input-bound rank (one DataLoader worker).
+FLEET = {
+    "127.0.0.2": "clean",
+    "127.0.0.3": "hogs",
+    "127.0.0.4": "narrow",
+    "127.0.0.5": "ddp2_overlap",
+    "127.0.0.6": "input_bound",
+}
+KILLED = "127.0.0.4"  # the exporter the stale-node tests kill
 EXPORTERS_TIMEOUT_S = 60.0
 
 

@@ -20,17 +20,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from affmon.export.scale import NodeShape, series_per_node
-from tests.prom import api, query, replaying_exporters, running, scrape_config, shared_port
+from tests.prom import FLEET, api, query, replaying_exporters, running, scrape_config, shared_port
 from tests.test_export import REPO, wait_for
 
 RULES = REPO / "contrib" / "prometheus" / "affmon-rules.yml"
-FLEET = {  # address -> recording
-    "127.0.0.2": "clean",
-    "127.0.0.3": "hogs",
-    "127.0.0.4": "narrow",
-    "127.0.0.5": "ddp2_overlap",
-    "127.0.0.6": "overlap",
-}
 FOR = "3s"
 
 Alert = tuple[str, str, str, str, str, str]  # alertname, recording, pid, code, gpu, severity
@@ -52,22 +45,16 @@ EXPECTED: set[Alert] = {
     starved("narrow", 695, "MASK_TOO_NARROW", "critical"),
     gpu_starved("narrow", 695, "critical"),
     *(starved("ddp2_overlap", pid, code, "warning") for pid in (904, 905) for code in ("STARVED", "CONTENDED")),
-    starved("overlap", 830, "STARVED", "warning"),
-    starved("overlap", 830, "CONTENDED", "warning"),
-    gpu_starved("overlap", 830, "warning"),
-    gpu_starved("overlap", 832, "warning"),
+    ("AffmonLoopBound", "input_bound", "616", "INPUT_BOUND", "", "critical"),
 }
 
 
 def allowed_to_flap(alert: Alert) -> bool:
-    """Findings that come and go, or change severity, with the recorded loop's phases: their
-    alerts may fire (their series can hold for longer than the shortened ``for``) or not.
-    ddp2_overlap's GPU_STARVED holds for each rank in most intervals, not all; overlap's
-    pid 832's STARVED and CONTENDED swing between warn and bad."""
+    """Findings that come and go with the recorded loop's phases: their alerts may fire
+    (their series can hold for longer than the shortened ``for``) or not. ddp2_overlap's
+    GPU_STARVED holds for each rank in most intervals, not all."""
     name, recording, pid = alert[:3]
-    if recording == "ddp2_overlap":
-        return name == "AffmonGpuStarved" and pid in ("904", "905")
-    return recording == "overlap" and pid == "832" and name == "AffmonJobStarvedOfCpu"
+    return recording == "ddp2_overlap" and name == "AffmonGpuStarved" and pid in ("904", "905")
 
 
 @contextmanager

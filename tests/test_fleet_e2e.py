@@ -21,18 +21,10 @@ from typing import Any
 import pytest
 
 from affmon.core.fmt import short_code
-from tests.prom import Prometheus, query, replaying_exporters, running, scrape_config, shared_port
+from tests.prom import FLEET, KILLED, Prometheus, query, replaying_exporters, running, scrape_config, shared_port
 from tests.tmux import Tmux, tmux_server
 
 REPO = Path(__file__).resolve().parent.parent
-FLEET = {
-    "127.0.0.2": "clean",
-    "127.0.0.3": "hogs",
-    "127.0.0.4": "narrow",
-    "127.0.0.5": "ddp2_overlap",
-    "127.0.0.6": "overlap",
-}
-KILLED = "127.0.0.4"
 TIMEOUT_S = 90.0  # a loaded 2-core machine: generous, and every wait polls
 
 

@@ -26,7 +26,7 @@ from affmon.fleet.model import (
     stale_reason,
 )
 from affmon.fleet.source import Answers, Cost
-from affmon.fleet.text import findings_text, fleet_json, plain
+from affmon.fleet.text import findings_text, fleet_json, plain, shares_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "fleet"
 SEVERITY = {"info": Severity.INFO, "warn": Severity.WARN, "bad": Severity.BAD}
@@ -226,3 +226,12 @@ def test_a_node_lists_each_code_once_with_how_many_hold_it_and_the_oldest_age():
             oldest = max((f for f in node.findings if f.code == code), key=lambda f: (f.age_at_least, f.age_s))
             assert f"{age_text(oldest.age_s, oldest.age_at_least)}" in text.split(short, 1)[1].split(",")[0]
     assert shared  # the recording has a node where two ranks hold one code: a list that repeats it fails
+
+
+def test_the_loop_is_its_shares_largest_first_without_those_that_round_to_nothing():
+    # As the input-bound recording's rank serves them: waiting for data, some on-CPU time,
+    # and waiting for a CPU, the GPU and "other" at (or next to) nothing.
+    shares = (("on_cpu", 0.0846), ("cpu_wait", 5.4e-05), ("data_wait", 0.9153), ("gpu_wait", 0.0), ("other", 0.0))
+    assert shares_text(shares) == "data 92% CPU 8%"
+    assert shares_text((("gpu_wait", 0.5), ("data_wait", 0.5), ("on_cpu", 0.006))) == "data 50% GPU 50% CPU 1%"
+    assert shares_text((("gpu_wait", 0.004),)) == shares_text(()) == fmt.UNKNOWN

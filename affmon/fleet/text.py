@@ -64,9 +64,10 @@ def findings_text(findings: Sequence[FleetFinding]) -> str:
 
 
 def shares_text(shares: Sequence[tuple[str, float]]) -> str:
-    """ "data 61% GPU 22% CPU 12%", largest first; "-" when the loop is not probed."""
-    known = dict(shares)
-    ordered = sorted((s for s in known if s in SHARE_WORDS), key=lambda s: (-known[s], SHARE_ORDER.index(s)))
+    """ "data 61% GPU 22% CPU 12%", largest first, the shares that round to 0% left out;
+    "-" when the loop is not probed."""
+    known = {s: v for s, v in shares if s in SHARE_WORDS and round(v * 100) > 0}
+    ordered = sorted(known, key=lambda s: (-known[s], SHARE_ORDER.index(s)))
     return " ".join(f"{SHARE_WORDS[s]} {known[s] * 100:.0f}%" for s in ordered) or fmt.UNKNOWN
 
 

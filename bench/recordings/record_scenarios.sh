@@ -2,12 +2,12 @@
 # Record each CPU-placement scenario of a real training job with `affmon record`, on a GPU
 # machine: the recordings are the test data of affmon's diagnosis rules
 # (tests/fixtures/recordings). Run from the repository root:
-#   bash bench/recordings/record_scenarios.sh [SCENARIO ...]   (default: all six)
+#   bash bench/recordings/record_scenarios.sh [SCENARIO ...]   (default: all seven)
 # Recordings go to ${OUT:-/tmp/out}, the jobs' logs to /tmp/scenario-logs.
 set -u
 out=${OUT:-/tmp/out}; logs=/tmp/scenario-logs; mkdir -p "$out" "$logs"
-wanted=" ${*:-clean pinned hogs narrow single_core overlap} "
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+wanted=" ${*:-clean pinned hogs narrow single_core overlap input_bound} "
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 py=python3
 ncpu=$(nproc)
 
@@ -19,9 +19,9 @@ start_job() {  # $1 = log name, rest = optional prefix (taskset ...)
 wait_ready() { for _ in $(seq 120); do grep -q READY "$logs/$1.log" && return; sleep 1; done; }
 want() { [[ $wanted == *" $1 "* ]]; }
 
-scenario() {  # name, then the commands that plant it are already running
+scenario() {  # name [duration], then the commands that plant it are already running
   sleep 2
-  $py -m affmon record "$out/$1.jsonl" --duration 4 --interval 1 2>>"$logs/record.err"
+  $py -m affmon record "$out/$1.jsonl" --duration "${2:-4}" --interval 1 2>>"$logs/record.err"
   gzip -9 -f "$out/$1.jsonl"
 }
 
@@ -46,5 +46,12 @@ fi
 if want overlap; then
   a=$(start_job overlap_a taskset -c 0-5); b=$(start_job overlap_b taskset -c 2-7)
   wait_ready overlap_a; wait_ready overlap_b; scenario overlap; stop $a $b
+fi
+# input-bound: one DataLoader worker doing a heavy decode for a ResNet-18 step, so the loop
+# waits for data (INPUT_BOUND, advising more workers); longer, so the loop probe's window
+# fills (its breakdown needs a few seconds of probes)
+if want input_bound; then
+  $py -m bench.workloads.loop_job data --workers 1 --seconds 60 >"$logs/input_bound.log" 2>&1 &
+  j=$!; wait_ready input_bound; scenario input_bound 8; stop $j
 fi
 ls -la "$out"; cat "$logs/record.err"
