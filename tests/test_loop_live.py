@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from affmon.collect.loop import LoopSampler, LoopWatcher
+from affmon.collect.pyframes import EXITED
 from affmon.core.loop import CPU_WAIT, DATA_WAIT, GPU_WAIT, ON_CPU, OTHER, LoopBreakdown, breakdown
 from tests.live import spawned
 
@@ -76,6 +77,12 @@ def test_a_loop_fed_by_a_slow_worker_waits_for_data(mode: str) -> None:
     assert info["worker"] in sampler.children
     if mode == "pin_memory":
         assert sampler.feeders, "the thread that reads the worker's pipe was not found"
+        # Each feeder's syscall file is read open, once, like the loop thread's, until closed.
+        kept = [f"/proc/{info['pid']}/task/{tid}/syscall" for tid in (info["pid"], *sampler.feeders)]
+        opened = _open_links()
+        assert [opened.count(path) for path in kept] == [1] * len(kept)
+        sampler.close()
+        assert not set(kept) & _open_files()
     assert b.largest == DATA_WAIT and b.shares[DATA_WAIT] >= 0.5, b.to_json()
     assert b.shares[GPU_WAIT] == 0.0
 
@@ -132,12 +139,17 @@ def test_without_ptrace_permission_the_split_is_unavailable_and_the_rest_exact()
     assert b["data_wait"] == 0 and b["other"] >= 0.5  # blocked, but on what is not known
 
 
-def _open_files() -> set[str]:
-    found = set()
+def _open_links() -> list[str]:
+    """What each of this process's open fds names (a file open twice is listed twice)."""
+    found = []
     for fd in os.listdir("/proc/self/fd"):
         with suppress(OSError):
-            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+            found.append(os.readlink(f"/proc/self/fd/{fd}"))
     return found
+
+
+def _open_files() -> set[str]:
+    return set(_open_links())
 
 
 def test_the_loop_threads_file_is_read_open_and_closed_with_the_sampler() -> None:
@@ -159,11 +171,11 @@ def test_the_loop_threads_file_is_read_open_and_closed_with_the_sampler() -> Non
         while sampler.probe() != OTHER:  # blocked in read(2) on its stdin, once it got there
             assert time.monotonic() < deadline, "the process never blocked on its stdin"
             time.sleep(0.05)
-        assert sampler._loop_syscall() == Path(path).read_bytes()  # the same line as a fresh read
+        assert sampler._kept_syscall(proc.pid) == Path(path).read_bytes()  # the same line as a fresh read
         assert path in _open_files() - before
         proc.kill()
         proc.wait()
-        assert sampler._loop_syscall() is None
+        assert sampler._kept_syscall(proc.pid) is None
         sampler.probe()  # gone: counted as unknown, no exception
     finally:
         proc.kill()
@@ -171,4 +183,37 @@ def test_the_loop_threads_file_is_read_open_and_closed_with_the_sampler() -> Non
         sampler.close()
     assert path not in _open_files()
     sampler.close()  # twice: nothing left to close
-    assert sampler._loop_syscall() is None  # a look after close opens again (the process is gone)
+    assert sampler._kept_syscall(proc.pid) is None  # a look after close opens again (the process is gone)
+
+
+def test_the_processes_memory_is_read_open_while_it_lives_and_given_back_once_it_exits() -> None:
+    """The probes that find the loop running read its Python frames through one ``mem``
+    file kept open: the frames read are the loop's; once the process exits the next read
+    finds its memory gone, gives the file back and says the process exited."""
+    code = "import sys\ndef spin():\n    while True: pass\nprint(flush=True)\nspin()"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    path = f"/proc/{proc.pid}/mem"
+    sampler = LoopSampler(proc.pid)
+    try:
+        deadline = time.monotonic() + 30
+        while sampler._frame_probes < 3:  # three looks that found it running, frames read
+            assert time.monotonic() < deadline, "no frames read from the spinning process"
+            sampler.probe()
+            time.sleep(0.01)
+        assert sampler.stacks.unavailable is None
+        stack = sampler.stacks.stack()
+        assert stack is not None and "spin" in [f.name for f in stack]
+        assert _open_links().count(path) == 1  # one file, however many looks
+        proc.kill()
+        proc.wait()
+        assert sampler.stacks.stack() is None
+        assert sampler.stacks.unavailable == EXITED
+        assert path not in _open_files()
+        sampler.probe()  # gone: no exception
+    finally:
+        proc.kill()
+        proc.wait()
+        sampler.close()
+    assert path not in _open_files()

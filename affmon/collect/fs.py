@@ -37,6 +37,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import weakref
 
 # Errors that mean "this value is not available": gone (ENOENT, ESRCH), not allowed
 # (EACCES, EPERM), not a file here (ENOTDIR, EISDIR), or refused by the kernel (EINVAL,
@@ -264,3 +265,39 @@ def shown_path(path: str) -> str:
     """A path for a message: as it is when printable, else escaped (names of files in a
     recorded tree may hold terminal escapes)."""
     return path if path.isprintable() else repr(path)
+
+
+class KeptFile:
+    """A live ``/proc`` file read many times a second (a thread's ``syscall``, a process's
+    ``mem``): opened once, then read again with ``pread`` at the offset wanted, one system
+    call a read instead of three. The open file stays the task's it was opened for: once
+    that task exits a read fails or comes back empty, even if another task takes its
+    number. ``fd`` opens it at the first call and raises what the open raised; ``close``
+    closes it, and a later ``fd`` opens the path again. An object that is collected closes
+    its file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = -1
+        self._closer: weakref.finalize[[int], KeptFile] | None = None
+
+    def fd(self) -> int:
+        if self._closer is None:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            self._fd, self._closer = fd, weakref.finalize(self, os.close, fd)
+        return self._fd
+
+    def read(self, size: int, offset: int = 0) -> bytes | None:
+        """Up to ``size`` bytes at ``offset``; ``None`` when the file is unavailable (the
+        task gone, not permitted: ``UNAVAILABLE``). Other errors raise."""
+        try:
+            return os.pread(self.fd(), size, offset)
+        except OSError as exc:
+            if exc.errno in UNAVAILABLE:
+                return None
+            raise
+
+    def close(self) -> None:
+        if self._closer is not None:
+            self._closer()
+            self._closer, self._fd = None, -1

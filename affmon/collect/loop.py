@@ -39,12 +39,11 @@ import os
 import random
 import threading
 import time
-import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from affmon.collect.fs import UNAVAILABLE, is_live, list_dir, read_file, read_text, resolve
+from affmon.collect.fs import UNAVAILABLE, KeptFile, is_live, list_dir, read_file, read_text, resolve
 from affmon.collect.permission import why_not_readable
 from affmon.collect.procfs import ProcFs
 from affmon.collect.pyframes import DATA_LOADING_FILES, PythonStacks, frame_label, in_frames
@@ -150,9 +149,9 @@ class LoopSampler:
         self._counts: Counter[str] = Counter()
         # The loop's Python frames, read on the probes that find it running: time on the CPU
         # inside a data loader's frames is the loop loading its own data.
-        self.stacks = PythonStacks(pid, self.tid, root)
-        self._loop_file: weakref.finalize[[int], LoopSampler] | None = None  # closes _loop_fd
-        self._loop_fd = -1
+        self.memory = KeptFile(f"/proc/{pid}/mem")  # the process's memory: its poll sets, its frames
+        self.stacks = PythonStacks(pid, self.tid, root, memory=self.memory)
+        self._syscall_files: dict[int, KeptFile] = {}  # the loop thread's and the feeders', kept open
         self._frame_probes = 0
         self._data_probes = 0
         self._where: Counter[str] = Counter()  # running probes by where the stack was (frame_label)
@@ -165,36 +164,35 @@ class LoopSampler:
 
     # -- reading ---------------------------------------------------------------------
 
-    def _loop_syscall(self) -> bytes | None:
-        """The loop thread's ``syscall`` file. Live, it is opened once and read again at
-        offset 0 each probe: one system call a probe instead of three (the probe's thread
-        took about 59 us a probe reading it by path, woken from its sleep), and the file
-        stays the thread's: once it exits, a read fails (gone) even if another task takes
-        its number. Closed by ``close``, or when the sampler is collected."""
+    def _kept_syscall(self, tid: int) -> bytes | None:
+        """The ``syscall`` file of a thread read at every probe (the loop thread, a feeder).
+        Live, it is opened once and read again at offset 0 each probe: one system call a
+        probe instead of three (the probe's thread took about 59 us a probe reading it by
+        path, woken from its sleep), and the file stays the thread's: once it exits, a read
+        fails (gone) even if another task takes its number. Closed by ``close``, when the
+        feeder is dropped, or when the sampler is collected."""
         if not self.fs.live:
-            return self.fs.read_task(self.pid, self.tid, "syscall")
-        if self._loop_file is None:
-            try:
-                fd = os.open(f"/proc/{self.pid}/task/{self.tid}/syscall", os.O_RDONLY | os.O_CLOEXEC)
-            except OSError as exc:
-                if exc.errno in UNAVAILABLE:
-                    return None
-                raise
-            self._loop_file = weakref.finalize(self, os.close, fd)
-            self._loop_fd = fd
-        try:
-            return os.pread(self._loop_fd, 4096, 0)
-        except OSError as exc:
-            if exc.errno in UNAVAILABLE:
-                return None
-            raise
+            return self.fs.read_task(self.pid, tid, "syscall")
+        kept = self._syscall_files.get(tid)
+        if kept is None:
+            kept = self._syscall_files[tid] = KeptFile(f"/proc/{self.pid}/task/{tid}/syscall")
+        return kept.read(4096)
+
+    def _drop_feeders(self, *tids: int) -> None:
+        """Stop following these feeders (all of them when none is named)."""
+        for tid in tids or tuple(self.feeders):
+            self.feeders.discard(tid)
+            kept = self._syscall_files.pop(tid, None) if tid != self.tid else None
+            if kept is not None:
+                kept.close()
 
     def close(self) -> None:
-        """Close the loop thread's file (a sampler no longer probed). A later look opens it
+        """Close the files kept open (a sampler no longer probed). A later look opens them
         again rather than read a number the process may since have given another file."""
-        if self._loop_file is not None:
-            self._loop_file()
-            self._loop_file, self._loop_fd = None, -1
+        for kept in self._syscall_files.values():
+            kept.close()
+        self._syscall_files.clear()
+        self.memory.close()
 
     def _syscall(self, tid: int) -> SyscallState | None:
         """The thread's call, or None when unreadable (gone, not permitted) or garbled."""
@@ -217,19 +215,14 @@ class LoopSampler:
         if not is_live(self.root) or not 0 < address < 1 << 63 or size <= 0:
             return None
         try:
-            fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            if exc.errno in UNAVAILABLE:
-                return None
-            raise
-        try:
-            return os.pread(fd, size, address)
+            data = os.pread(self.memory.fd(), size, address)
+            if not data:  # the memory the file was opened on is gone (exited, or a new program)
+                self.memory.close()
+            return data or None
         except OSError as exc:  # EIO: an unmapped address (the call returned meanwhile)
             if exc.errno in UNAVAILABLE or exc.errno == errno.EFAULT:
                 return None
             raise
-        finally:
-            os.close(fd)
 
     def _waited_fds(self, call: str, args: tuple[int, ...]) -> list[int]:
         if not args:
@@ -262,9 +255,10 @@ class LoopSampler:
     def _feeder_busy(self) -> bool:
         busy = False
         for tid in sorted(self.feeders):
-            state = self._syscall(tid)
+            data = self._kept_syscall(tid)
+            state = None if data is None else _parsed(data)
             if state is None:
-                self.feeders.discard(tid)
+                self._drop_feeders(tid)
             elif state.running or FD_DATA in self._fd_kinds(state):
                 busy = True
         return busy
@@ -273,7 +267,7 @@ class LoopSampler:
         """Look at the thread once; count and return the class of what it was doing."""
         if self.clock() - self._refreshed_at >= self.refresh_s:
             self._refresh()
-        data = self._loop_syscall()
+        data = self._kept_syscall(self.tid)
         state = None if data is None else _parsed(data)
         if state is None:
             if data is None and self.fs.read_task(self.pid, self.tid, "stat") is not None:
@@ -334,7 +328,7 @@ class LoopSampler:
                         links.add(link)
         self.worker_links = frozenset(links)
         if not links:
-            self.feeders.clear()
+            self._drop_feeders()
         elif not self.feeders:  # a known feeder stays until it exits: no scan of every thread
             self._find_feeders()
 
@@ -342,7 +336,7 @@ class LoopSampler:
         """Threads of the rank blocked on a worker's pipe now (sticky until they exit)."""
         self._feeders_sought_at = self.clock()
         if not self.worker_links:
-            self.feeders.clear()
+            self._drop_feeders()
             return
         for tid in self.fs.tids(self.pid):
             if tid == self.tid or tid in self.feeders or len(self.feeders) >= MAX_FEEDERS:

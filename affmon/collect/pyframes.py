@@ -1,7 +1,7 @@
 r"""The Python call stack of one thread of another CPython process, read from outside.
 
 ``PythonStacks(pid, tid).stack()`` gives the file and function name of each frame of the
-thread, innermost first. It reads ``/proc/PID/mem`` (``pread`` on one fd a call, as a
+thread, innermost first. It reads ``/proc/PID/mem`` (``pread`` on one fd kept open, as a
 debugger's peek): the process is never stopped, so the thread runs while its frames are
 read and any pointer may be stale. Every pointer is bounded, every code object's type and
 every string's type are checked, and a read that finds garbage or an unmapped address is
@@ -14,9 +14,10 @@ is the one read), the addresses of ``_PyRuntime``, ``PyCode_Type`` and ``PyUnico
 from its symbol table, and the version from ``Py_Version`` (3.11+) or the file name. The
 thread's ``PyThreadState`` is cached and checked again at each call. Each code object read
 is cached by address as its ``Frame``; a freed code object's address can be reused, so the
-caller drops that cache every few seconds (``forget_code``). A stack then costs one open
-of ``mem``, two reads for the thread state (its fields, and the link to it that shows it
-is still in use), one for ``cframe`` (3.11, 3.12) and one a frame.
+caller drops that cache every few seconds (``forget_code``). ``mem`` is opened once and
+kept open while the memory it was opened on lasts. A stack then costs two reads for the
+thread state (its fields, and the link to it that shows it is still in use), one for
+``cframe`` (3.11, 3.12) and one a frame.
 
 Versions: 3.10 to 3.12 with offsets fixed per version (checked with ``offsetof`` against
 each version's headers; the default build with the GIL, 64-bit little-endian: x86_64 and
@@ -66,7 +67,7 @@ from affmon.collect.cpython_layout import (
     interpreter_mapping,
     unicode_data,
 )
-from affmon.collect.fs import is_live
+from affmon.collect.fs import KeptFile, is_live
 from affmon.collect.permission import why_not_readable
 
 # File names of frames that load data: PyTorch's DataLoader, torchdata, webdataset.
@@ -136,6 +137,10 @@ class _Race(Exception):
     """This read found an unreadable or implausible pointer: the thread moved on."""
 
 
+class _Gone(Exception):
+    """A read came back empty: the memory the file was opened on is gone."""
+
+
 class _Unavailable(Exception):
     """Stacks of this process cannot be read at all; the message says why."""
 
@@ -158,10 +163,12 @@ class PythonStacks:
     or at once for a root that is not the live one); ``version`` is the target's CPython
     (major, minor) once found."""
 
-    def __init__(self, pid: int, tid: int | None = None, root: str = "/") -> None:
+    def __init__(self, pid: int, tid: int | None = None, root: str = "/", memory: KeptFile | None = None) -> None:
         self.pid = pid
         self.tid = pid if tid is None else tid
         self.root = root
+        # The process's memory, opened once (a caller that also reads it passes its own)
+        self.memory = memory or KeptFile(f"/proc/{pid}/mem")
         self.unavailable: str | None = None if is_live(root) else f"stacks are read from live processes, not {root}"
         self.version: tuple[int, int] | None = None
         self._target: _Target | None = None
@@ -180,7 +187,7 @@ class PythonStacks:
         if self.unavailable is not None:
             return None
         try:
-            fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+            fd = self.memory.fd()
         except OSError as exc:
             self._failed(exc)
             return None
@@ -191,12 +198,18 @@ class PythonStacks:
             return self._walk(fd, self._target)
         except _Unavailable as exc:
             self.unavailable = str(exc)
+        except _Gone:
+            # The memory the file was opened on is gone: the process exited, or ran a new
+            # program. Opened again by path: that fails for an exited process (unavailable).
+            self.memory.close()
+            try:
+                self.memory.fd()
+            except OSError as exc:
+                self._failed(exc)
         except OSError as exc:
             self._failed(exc)
         except (_Race, struct.error, ValueError):
             pass
-        finally:
-            os.close(fd)
         return None
 
     def _failed(self, exc: OSError) -> None:
@@ -356,6 +369,8 @@ def _read(fd: int, address: int, size: int) -> bytes:
     if not 0 < address < _ADDRESS_END:
         raise _Race
     data = os.pread(fd, size, address)
+    if not data and size:
+        raise _Gone  # the kernel reads nothing once the memory is gone; unmapped is EIO
     if len(data) != size:
         raise _Race
     return data
