@@ -448,3 +448,37 @@ def test_another_users_process_is_unavailable_for_lack_of_permission(tmp_path: P
             result = json.loads(answer.read() or "null")
         os.waitpid(pid, 0)
     assert result[0] is True and result[1].startswith(PERMISSION)  # as nobody: the user's advice
+
+
+def test_a_deep_stack_is_read_a_page_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From 3.11 a thread's frames lie next to each other: a 61-frame stack is read in a
+    few reads of its pages, not one a frame, and it is the whole stack, innermost first."""
+    code = "def f(n):\n    if n: return f(n - 1)\n    while True: pass\nprint(flush=True)\nf(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        reader = PythonStacks(proc.pid)
+        poll(reader.stack, lambda stack: names(stack)[:61] == ["f"] * 61)
+        reads: list[int] = []
+        real = os.pread
+
+        def counted(fd: int, size: int, offset: int) -> bytes:
+            reads.append(size)
+            return real(fd, size, offset)
+
+        monkeypatch.setattr(os, "pread", counted)
+        for _ in range(20):  # the loop may be between two frames at a read: the next one
+            reads.clear()
+            stack = reader.stack()
+            if names(stack)[:61] == ["f"] * 61:
+                break
+        else:
+            raise AssertionError(f"no whole stack read: {names(stack)}")
+        # The thread state (2 reads) and its cframe (3.11, 3.12: 1), then each page the
+        # frames lie on: 61 frames of about 100 bytes span at most 3 pages. 3.10's frames
+        # are heap objects: a read each, as before.
+        assert len(reads) <= (6 if sys.version_info >= (3, 11) else 2 + 62), reads
+    finally:
+        proc.kill()
+        proc.wait()

@@ -17,7 +17,8 @@ is cached by address as its ``Frame``; a freed code object's address can be reus
 caller drops that cache every few seconds (``forget_code``). ``mem`` is opened once and
 kept open while the memory it was opened on lasts. A stack then costs two reads for the
 thread state (its fields, and the link to it that shows it is still in use), one for
-``cframe`` (3.11, 3.12) and one a frame.
+``cframe`` (3.11, 3.12), and one for each page its frames lie on (3.11+: frames are
+contiguous, a page holds about 36; 3.10: one a frame).
 
 Versions: 3.10 to 3.12 with offsets fixed per version (checked with ``offsetof`` against
 each version's headers; the default build with the GIL, 64-bit little-endian: x86_64 and
@@ -28,9 +29,9 @@ at the start of ``_PyRuntime``. 3.10 keeps no native thread id, so only its main
 reported unavailable rather than read with a guessed layout. So are free-threaded and debug
 builds, whose objects are laid out differently.
 
-Cost: 38-44 us a ``stack()`` of 32 frames with the code cache warm, for each of 3.10 to
-3.13, on a 2-core VM (the target spinning on one core, the reader on the other; the first
-call, which reads the ELF, 1-3 ms); at 20 Hz, under 0.1 % of a CPU. Measured with
+Cost: 55-72 us a ``stack()`` of 32 frames with the code cache warm, for each of 3.10 to
+3.12, on a 2-core VM (the target spinning on one core, the reader on the other; the first
+call, which reads the ELF, 1-3 ms); at 20 Hz, under 0.2 % of a CPU. Measured with
 ``python cost.py /path/to/python3.N``, where ``cost.py`` is::
 
     import subprocess, sys, time
@@ -88,6 +89,7 @@ def permission_refused() -> str:
 
 
 EXITED = "the process has exited (or /proc hides it from this user: hidepid)"
+_PAGE = 4096  # the smallest page of x86_64 and aarch64: a larger page maps its 4 KiB pieces too
 _ADDRESS_END = 1 << 48  # user-space addresses on x86_64 and aarch64 (4-level page tables) lie below
 _SYMBOLS = ("_PyRuntime", "PyCode_Type", "PyUnicode_Type", "Py_Version")
 
@@ -282,11 +284,12 @@ class PythonStacks:
         if layout.cframe is not None and frame:
             frame = _field(_read(fd, frame, layout.current_frame + 8), layout.current_frame)
         size = max(layout.frame_code, layout.frame_previous, layout.frame_owner or 0) + 8
+        pages = _Pages(fd)
         frames = []
         for _ in range(MAX_FRAMES):
             if not frame:
                 break
-            block = _read(fd, frame, size)
+            block = pages.read(frame, size)
             code, frame = _field(block, layout.frame_code), _field(block, layout.frame_previous)
             if layout.frame_owner is not None and block[layout.frame_owner] == FRAME_OWNED_BY_CSTACK:
                 continue
@@ -362,6 +365,29 @@ class PythonStacks:
         offset, size, codec = where
         data = _read(fd, address + offset, size) if size else b""
         return data.decode(codec, "replace")  # a stale object's bytes stay text
+
+
+class _Pages:
+    """The frames of one walk, read a page at a time: from 3.11 a thread's frames lie next
+    to each other in its data stack (a frame of a 32-deep recursion 112 bytes below the
+    one it called), so one read of the page gives the frames in it, where a read of each
+    frame made a 32-frame stack 35 system calls. A page holding a mapped byte is mapped
+    whole, so the page read fails only where the frame's own read would; 3.10's frames are
+    heap objects, a page each, at the cost of a frame's read. Only within one walk: the
+    next walk reads the pages again, as the thread has moved on."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.start = 0
+        self.data = b""
+
+    def read(self, address: int, size: int) -> bytes:
+        offset = address - self.start
+        if not (offset >= 0 and offset + size <= len(self.data) and 0 < address < _ADDRESS_END):
+            start = address & -_PAGE
+            self.data = _read(self.fd, start, (address + size - start + _PAGE - 1) & -_PAGE)
+            self.start, offset = start, address - start
+        return self.data[offset : offset + size]
 
 
 def _read(fd: int, address: int, size: int) -> bytes:
