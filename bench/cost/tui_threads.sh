@@ -4,7 +4,10 @@
 # bench/workloads/waking.py), with htop beside it in the same tmux server: each thread's
 # utime + stime from /proc/PID/task/TID/stat over SECONDS (40), named by py-spy dump when
 # py-spy is installed (the bench extra), and htop's over the same window.
-#   [RANKS=4] [THREADS=2000] bench/cost/tui_threads.sh [SECONDS]
+# JOB="command": also start a real job (e.g. on a GPU machine, with RANKS=0:
+# JOB="python3 -m bench.workloads.train_job --seconds 400"), wait for its READY line, and
+# with JOB_PID=1 give its pid to the monitor (--pid). The monitor is this checkout's.
+#   [RANKS=1] [THREADS=0] [JOB=...] [JOB_PID=1] [PYTHON=...] bench/cost/tui_threads.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-40}
@@ -13,6 +16,9 @@ tmp=$(mktemp -d)
 ranks=${RANKS:-1}
 threads=${THREADS:-0}
 pids=()
+sock="affmon-threads-$$"
+cleanup() { tmux -L "$sock" kill-server 2>/dev/null || true; kill "${pids[@]}" 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
 for r in $(seq 1 "$ranks"); do
   "$py" -m bench.workloads.ranks --seconds $((secs + 60)) --seed "$r" > "$tmp/rank$r.json" &
   pids+=($!)
@@ -23,11 +29,17 @@ if [ "$threads" -gt 0 ]; then
     pids+=($!)
   done
 fi
-sock="affmon-threads-$$"
-cleanup() { tmux -L "$sock" kill-server 2>/dev/null || true; kill "${pids[@]}" 2>/dev/null || true; rm -rf "$tmp"; }
-trap cleanup EXIT
+args=""
+if [ -n "${JOB:-}" ]; then
+  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} bash -c "exec $JOB" > "$tmp/job.log" 2>&1 &
+  job=$!
+  pids+=("$job")
+  for _ in $(seq 300); do grep -q READY "$tmp/job.log" && break; sleep 1; done
+  grep -q READY "$tmp/job.log" || { echo "the job never said READY:"; tail -5 "$tmp/job.log"; exit 1; }
+  [ -z "${JOB_PID:-}" ] || args="--pid $job"
+fi
 for r in $(seq 1 "$ranks"); do while [ ! -s "$tmp/rank$r.json" ]; do sleep 0.2; done; done
-tmux -L "$sock" new-session -d -x 140 -y 40 "env -u COLUMNS -u LINES $py -m affmon --interval 1"
+tmux -L "$sock" new-session -d -x 140 -y 40 "env -u COLUMNS -u LINES $py -m affmon --interval 1 $args"
 tmux -L "$sock" new-window -d "env HOME=$tmp htop -d 10"
 sleep 8
 monitor=$(tmux -L "$sock" list-panes -t 0 -F '#{pane_pid}')
