@@ -66,7 +66,11 @@ class Thresholds:
                                                idle machine, ~70 on a loaded one; threads
                                                that drop the GIL, 6-8) ...
     turn_run_cpus                     1.25     ... and together they ran at most this many
-                                               CPUs, none more than twice their median
+                                               CPUs, none more than twice their median ...
+    turn_asleep                       0.20     ... each asleep at least this share of the
+                                               interval (a thread waiting for the lock
+                                               sleeps: spinning ones, 0.37-0.88; ones in
+                                               zlib, runnable all along, 0.00-0.04)
     ================================  =======  ==============================================
     """
 
@@ -85,6 +89,7 @@ class Thresholds:
     turn_min_threads: int = 3
     turn_switches_per_s: float = 25.0
     turn_run_cpus: float = 1.25
+    turn_asleep: float = 0.20
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -227,12 +232,17 @@ def is_python(p: ProcessRates) -> bool:
 class TurnGroup:
     """Threads of one python process that take turns on the GIL: Python's threads (by
     name), each ran, each blocked ``turn_switches_per_s`` times a second or more (a thread
-    that waits for the GIL sleeps on a futex and is woken to take it: a voluntary switch),
-    together they ran about one CPU, evenly, and they queued ``starved_warn`` of the time
-    or more. Eight pure-Python threads spinning, measured on 2 CPUs: 0.12-0.15 CPU each,
-    1.0 in all, ~200 voluntary switches/s each and 25-30% of their time in the run queue,
-    whether allowed one CPU or two; with the machine loaded, 0.05 each and ~70 switches/s.
-    Threads in C code that drops the GIL (zlib) blocked 6-8 times/s."""
+    that waits for the GIL sleeps on a futex and is woken to take it: a voluntary switch)
+    and each slept ``turn_asleep`` of the interval or more (while one holds the lock the
+    others sleep), together they ran about one CPU, evenly, and they queued
+    ``starved_warn`` of the time or more. Eight pure-Python threads spinning, measured on 2
+    CPUs: 0.12-0.15 CPU each, 1.0 in all, ~200 voluntary switches/s each and 25-30% of
+    their time in the run queue, whether allowed one CPU or two; with the machine loaded,
+    0.05 each and ~70 switches/s.
+    Threads in C code that drops the GIL (zlib) blocked 3-20 times/s, and once 82 times/s on
+    a loaded 2-CPU machine, where six of them ran 1.0 CPU together: but they were runnable
+    96-100% of the interval, where spinning ones were 12-63% (idle, and beside eight CPU
+    hogs)."""
 
     process: ProcessRates
     threads: tuple[ThreadRates, ...]
@@ -269,6 +279,7 @@ def turn_groups(job: Job, seconds: float, t: Thresholds) -> list[TurnGroup]:
             and _python_thread_name(th.sample.name, p.sample.name)
             and (th.voluntary_switches_per_s or 0.0) >= t.turn_switches_per_s
             and th.cpu_ns_delta >= seconds * 1e9 * TURN_RAN
+            and demand(th, seconds) <= 1.0 - t.turn_asleep
         ]
         if len(ran) < t.turn_min_threads:
             continue
