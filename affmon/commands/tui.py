@@ -119,6 +119,11 @@ def cmd_tui(args: argparse.Namespace) -> int:
             "for text use `affmon snapshot` or `affmon diagnose`\n"
         )
         return EXIT_USAGE
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        # Inherited (nohup, a parent that ignores it): the monitor would outlive its
+        # terminal, sampling and probing for a screen no one has. It ends as it does after
+        # Textual has loaded, where its own handler takes the signal.
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
     from affmon.tui import heap
 
     heap.at_start()

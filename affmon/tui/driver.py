@@ -9,8 +9,10 @@ rest that thread is a fixed cost of every Textual app: 1.5-1.8 ms of CPU a secon
 ``QuietLinuxDriver`` waits on the terminal with no timeout while the parser has nothing
 pending, and until the parser's own deadline while it has (an Escape pressed alone gets
 its key as soon as before). Its exit event also writes to a pipe the thread waits on, so
-a stop (quit, suspend, a dialog's external command) still wakes it at once. Everything
-else is Textual's: what is read goes to the same parser and the same ``process_message``.
+a stop (quit, suspend, a dialog's external command) still wakes it at once. A terminal
+that reads as ended (or fails, EIO) has hung up: the thread stops and sends the monitor
+SIGHUP, as the kernel does on a hang-up. Everything else is Textual's: what is read goes to
+the same parser and the same ``process_message``.
 
 ``driver_class()`` gives this driver where Textual would use its own ``LinuxDriver`` and
 the parser has the deadline this relies on; otherwise (another platform, a driver chosen
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import signal
 import threading
 from codecs import getincrementaldecoder
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -93,6 +96,15 @@ class QuietLinuxDriver(LinuxDriver):
                 os.close(fd)
         self._wake_read = self._wake_write = -1
 
+    def terminal_gone(self) -> None:
+        """The terminal read end of file or failed (EIO): it hung up. A hang-up sends the
+        session SIGHUP, which ends the monitor; this sends it too, for a terminal that hung
+        up without one (the monitor not its session's leader, the signal ignored or blocked
+        when it came). Without it the thread would wake at once, forever: the terminal
+        reads as ready and empty once it is gone, and the monitor spun a CPU, drawing on
+        nothing."""
+        os.kill(os.getpid(), signal.SIGHUP)
+
     def _drain_wake(self) -> None:
         with contextlib.suppress(OSError):  # empty
             while os.read(self._wake_read, 64):
@@ -107,22 +119,30 @@ class QuietLinuxDriver(LinuxDriver):
         parser = XTermParser(self._debug)
         decode = getincrementaldecoder("utf-8")().decode
 
-        def process(events: list[tuple[selectors.SelectorKey, int]], final: bool = False) -> None:
+        def process(events: list[tuple[selectors.SelectorKey, int]], final: bool = False) -> bool:
+            """Feed what the terminal has to the parser; False once the terminal is gone."""
             for key, mask in events:
                 if key.fd == fileno and mask & selectors.EVENT_READ:
-                    data = decode(os.read(fileno, 1024 * 4), final=final)
-                    if data:  # empty: end of a piped standard input
-                        for event in parser.feed(data):
-                            self.process_message(event)
+                    try:
+                        raw = os.read(fileno, 1024 * 4)
+                    except OSError:  # EIO: the terminal hung up
+                        raw = b""
+                    if not raw:
+                        return False
+                    for event in parser.feed(decode(raw, final=final)):
+                        self.process_message(event)
             for event in parser.tick():
                 self.process_message(event)
+            return True
 
         try:
             while not self.exit_event.is_set():
                 events = selector.select(select_timeout(parser_deadline(parser), get_time()))
                 self.input_wakeups += 1
                 self._drain_wake()
-                process(events)
+                if not process(events):
+                    self.terminal_gone()
+                    return
             selector.unregister(fileno)
             process(selector.select(0.1), final=True)
         finally:

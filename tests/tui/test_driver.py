@@ -43,7 +43,7 @@ async def wait_for(predicate, seconds: float = 5.0) -> float:
 
 @pytest.fixture
 def keep_signals():
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTSTP, signal.SIGCONT)}
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTSTP, signal.SIGCONT, signal.SIGHUP)}
     yield
     for s, handler in saved.items():
         signal.signal(s, handler)
@@ -82,6 +82,54 @@ def test_the_input_thread_sleeps_until_a_key_and_wakes_for_escape_and_for_a_stop
             driver.close()
             os.close(master)
             os.close(slave)
+
+    asyncio.run(go())
+
+
+def test_a_terminal_that_hangs_up_stops_the_input_thread_and_ends_the_monitor(keep_signals):
+    """The terminal's other end closed: its reads fail (EIO), or read as ended after a
+    hang-up, and select calls it ready each time. The thread used to read and go round at
+    once, forever, a CPU spent on a terminal no one has; it stops and says so."""
+
+    async def go() -> None:
+        master, slave = pty.openpty()
+        tty.setraw(slave)
+        driver = QuietLinuxDriver(StubApp())  # type: ignore[arg-type]
+        driver.fileno = slave
+        gone: list[float] = []
+        driver.terminal_gone = lambda: gone.append(time.monotonic())  # type: ignore[method-assign]
+        thread = threading.Thread(target=driver.run_input_thread)
+        thread.start()
+        try:
+            await asyncio.sleep(0.3)
+            assert driver.input_wakeups == 0 and not gone
+            os.close(master)
+            master = -1
+            await wait_for(lambda: not thread.is_alive())  # nothing more will come from there
+            assert len(gone) == 1 and driver.input_wakeups == 1  # woke once, for the hang-up
+        finally:
+            driver.exit_event.set()
+            thread.join(timeout=2.0)
+            driver.close()
+            if master >= 0:
+                os.close(master)
+            os.close(slave)
+
+    asyncio.run(go())
+
+
+def test_a_terminal_gone_sends_the_monitor_the_signal_a_hang_up_sends(keep_signals):
+    got: list[int] = []
+    signal.signal(signal.SIGHUP, lambda signum, frame: got.append(signum))
+
+    async def go() -> None:
+        driver = QuietLinuxDriver(StubApp())  # type: ignore[arg-type]
+        try:
+            driver.terminal_gone()
+            await wait_for(lambda: bool(got))
+            assert got == [signal.SIGHUP]
+        finally:
+            driver.close()
 
     asyncio.run(go())
 
