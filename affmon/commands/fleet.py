@@ -21,8 +21,7 @@ DEFAULT_TIMEOUT_S = 10.0
 
 def add_fleet_parser(subparsers: argparse._SubParsersAction[Any]) -> argparse.ArgumentParser:
     from affmon.commands.argtypes import seconds
-    from affmon.fleet.model import STALE_AFTER_S
-    from affmon.fleet.queries import DEFAULT_JOBS, DEFAULT_WINDOW_S  # no HTTP client: the monitor loads no ssl
+    from affmon.fleet.queries import DEFAULT_JOBS, DEFAULT_WINDOW_S, STALE_AFTER_S  # no HTTP client, no model
 
     fleet: argparse.ArgumentParser = subparsers.add_parser(
         "fleet", help="every node and training job Prometheus knows, worst first (reads only Prometheus)"

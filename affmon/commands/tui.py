@@ -22,6 +22,9 @@ from affmon.core.errors import AffmonError
 if TYPE_CHECKING:
     from textual.app import App
 
+    from affmon.core.findings import ExpectedMasks
+    from affmon.tui.pinner import Pinner
+
 EXIT_USAGE = 2
 
 
@@ -86,13 +89,33 @@ def readonly(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "readonly", False)) or os.environ.get("AFFMON_READONLY", "") not in ("", "0")
 
 
+class _PinnedLater:
+    """The journal's pins in force (``PinnedMasks``), its reader loaded at the first call:
+    the monitor's first tick, after the first frame."""
+
+    def __init__(self) -> None:
+        self._read: Callable[[], ExpectedMasks] | None = None
+
+    def __call__(self) -> ExpectedMasks:
+        if self._read is None:
+            from affmon.actions.journal import PinnedMasks
+
+            self._read = PinnedMasks()
+        return self._read()
+
+
+def _pinner(args: argparse.Namespace) -> Pinner:
+    from affmon.tui.pinner import ReadOnlyPinner, ReplayPinner, SystemPinner
+
+    if args.replay is not None:
+        return ReplayPinner()
+    return ReadOnlyPinner() if readonly(args) else SystemPinner()
+
+
 def cmd_tui(args: argparse.Namespace) -> int:
-    from affmon.actions.journal import PinnedMasks
     from affmon.sources.stream import LiveSource, ReplaySource, Source
-    from affmon.tui.pinner import Pinner, ReadOnlyPinner, ReplayPinner, SystemPinner
 
     source: Source
-    pinner: Pinner
     if getattr(args, "demo", False):
         if args.replay is not None:
             raise AffmonError(
@@ -105,11 +128,9 @@ def cmd_tui(args: argparse.Namespace) -> int:
             raise AffmonError("--pid and --replay do not go together: a recording has its own processes")
         source = ReplaySource(args.replay, args.speed)
         restart = functools.partial(ReplaySource, args.replay, args.speed)  # R: the recording from its start
-        pinner = ReplayPinner()
         interval = None
     else:
-        source = LiveSource(tuple(args.tui_pid), args.tui_interval, expected_masks=PinnedMasks())
-        pinner = ReadOnlyPinner() if readonly(args) else SystemPinner()
+        source = LiveSource(tuple(args.tui_pid), args.tui_interval, expected_masks=_PinnedLater())
         interval = args.tui_interval
 
     if not (sys.stdout.isatty() and sys.stdin.isatty()):
@@ -136,6 +157,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
             early = early_screen()
             first = draw_first_frame(source, early, args.tui_pid[0] if args.tui_pid else None)
+        pinner = _pinner(args)  # after the first frame: its journal and planner are not in it
         import_asyncio_without_tls()
         from affmon.tui.app import AffmonApp
 

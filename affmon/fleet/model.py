@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from affmon.core.rule_base import Severity
-from affmon.fleet.queries import PART, SEVERITY_VALUES
+from affmon.fleet.queries import PART, SEVERITY_VALUES, STALE_AFTER_S
 
 Result = Sequence[Mapping[str, Any]]  # the API's data.result
-STALE_AFTER_S = 120.0  # a scrape or a sample older than this: the node's figures are stale
 _SEVERITY = {value: Severity[name.upper()] for name, value in SEVERITY_VALUES.items()}
 
 

@@ -17,6 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_WINDOW_S = 3600.0  # findings' ages are read back this far
+# A scrape or a sample older than this: the node's figures are stale (the model judges it;
+# here, with the other defaults, for the command line's parser, which every command builds:
+# the monitor's start does not load the fleet's model).
+STALE_AFTER_S = 120.0
 
 DEFAULT_JOBS = "affmon.*"
 PART = "part"

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from affmon.fleet.client import PrometheusClient
-from affmon.fleet.model import STALE_AFTER_S, Fleet, NodeProcess, build_fleet, node_processes
-from affmon.fleet.queries import DEFAULT_WINDOW_S, Queries
+from affmon.fleet.model import Fleet, NodeProcess, build_fleet, node_processes
+from affmon.fleet.queries import DEFAULT_WINDOW_S, STALE_AFTER_S, Queries
 
 RANGE_POINTS = 240  # the findings' range is asked at window / this: 15 s over an hour
 

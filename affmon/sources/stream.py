@@ -18,14 +18,16 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from affmon.core.errors import AffmonError, ParseError, SourceError
 from affmon.core.findings import ExpectedMasks
 from affmon.core.lines import split_lines
-from affmon.core.recording import Header, check_replay_order, parse_sample_line, read_recording
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
+
+if TYPE_CHECKING:
+    from affmon.core.recording import Header
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,8 @@ class ReplaySource:
     it is reached, naming its line; the samples before it are played."""
 
     def __init__(self, path: str, speed: float = 1.0) -> None:
+        from affmon.core.recording import read_recording  # the format: not loaded by a live monitor
+
         name = os.path.basename(path)
         self._name = name
         self._speed = speed
@@ -260,6 +264,8 @@ class ReplaySource:
         if line is None:
             return None
         number, text = line
+        from affmon.core.recording import check_replay_order, parse_sample_line
+
         sample = parse_sample_line(text, self._name, number)
         check_replay_order(sample, self._last, self._name, number)
         if self._remaining is not None:

@@ -6,6 +6,7 @@ shell's screen back on exit."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import fcntl
@@ -388,3 +389,63 @@ def test_ctrl_c_on_the_first_frame_puts_the_terminal_back():
         assert os.waitstatus_to_exitcode(status) == 0 and text.rindex("\x1b[?1049l") > started
     assert text.count("\x1b[?1049h") == 1
     assert "Traceback" not in text
+
+
+# Loaded by the monitor's first tick or by Textual's screen, never before the first frame:
+# the journal's reader and the pinner, the planner (the sizing of a job), Textual and Rich;
+# nor what a live monitor never needs: the recording format (a replay's), the fleet view's
+# model (the command line's parser needs only its defaults).
+LATER = (
+    "affmon.actions.",
+    "affmon.tui.pinner",
+    "affmon.core.planner",
+    "affmon.core.need",
+    "affmon.core.recording",
+    "affmon.fleet.model",
+    "textual",
+    "rich",
+)
+
+SPY = """
+import os, sys
+import affmon.tui.first_frame as first_frame
+drawn = first_frame.draw_first_frame
+def spy(*args, **kwargs):
+    view = drawn(*args, **kwargs)
+    with open(sys.argv[1], "w") as out:
+        out.write(repr((view is not None, sorted(sys.modules))))
+    os._exit(0)
+first_frame.draw_first_frame = spy
+from affmon.cli import main
+main(["--readonly", "--interval", "1"])
+"""
+
+
+def test_the_first_frame_loads_only_what_it_draws(tmp_path: Path) -> None:
+    loaded = tmp_path / "modules"
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SPY, str(loaded)],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=ROOT,
+        env=monitor_env(),
+        start_new_session=True,
+    )
+    os.close(slave)
+    try:
+        out = b""
+        while (chunk := read_some(master, 1.0)) is not None and proc.poll() is None:
+            out += chunk
+        assert proc.wait(timeout=120) == 0, out.decode("utf-8", "replace")[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    drew, modules = ast.literal_eval(loaded.read_text())
+    assert drew
+    assert "affmon.tui.model.monitor" in modules and "affmon.sources.live" in modules  # what it drew with
+    assert not [m for m in modules if m.startswith(LATER)]

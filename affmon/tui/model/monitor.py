@@ -25,7 +25,6 @@ from types import MappingProxyType
 from typing import Generic, TypeVar
 
 from affmon.core.findings import DEFAULT_THRESHOLDS, ExpectedMasks, FindingTracker, Thresholds, find_jobs
-from affmon.core.need import for_need
 from affmon.core.rates import Snapshot, gpu_rates, process_rates
 from affmon.core.samples import Sample
 from affmon.core.tick import Tick, advance, start
@@ -161,6 +160,8 @@ class Monitor:
         else:
             self._intervals.append(snapshot.interval_s)
         if self._window:
+            from affmon.core.need import for_need  # with the planner: loaded after the first frame
+
             self._window[-1] = for_need(self._window[-1])
         self._window.append(snapshot)
         self.recent = tuple(self._window)
