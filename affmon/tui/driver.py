@@ -9,10 +9,14 @@ rest that thread is a fixed cost of every Textual app: 1.5-1.8 ms of CPU a secon
 ``QuietLinuxDriver`` waits on the terminal with no timeout while the parser has nothing
 pending, and until the parser's own deadline while it has (an Escape pressed alone gets
 its key as soon as before). Its exit event also writes to a pipe the thread waits on, so
-a stop (quit, suspend, a dialog's external command) still wakes it at once. A terminal
-that reads as ended (or fails, EIO) has hung up: the thread stops and sends the monitor
-SIGHUP, as the kernel does on a hang-up. Everything else is Textual's: what is read goes to
-the same parser and the same ``process_message``.
+a stop (quit, suspend, a dialog's external command) still wakes it at once.
+
+A terminal that hangs up ends the monitor, whatever moment of its start it goes at: a
+terminal that reads as ended (or fails, EIO) stops the input thread, which sends the
+monitor SIGHUP, as the kernel does on a hang-up; writes to it are dropped (``HungUpTolerant``:
+Textual's writer thread died on the first, and the exit waited on its full queue); and the
+SIGCONT that follows a hang-up is not taken for a resume after Ctrl-Z. Everything else is
+Textual's: what is read goes to the same parser and the same ``process_message``.
 
 ``driver_class()`` gives this driver where Textual would use its own ``LinuxDriver`` and
 the parser has the deadline this relies on; otherwise (another platform, a driver chosen
@@ -25,8 +29,10 @@ import contextlib
 import os
 import selectors
 import signal
+import termios
 import threading
 from codecs import getincrementaldecoder
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual._parser import ParseError
@@ -67,6 +73,51 @@ def select_timeout(deadline: float | None, now: float) -> float | None:
     return None if deadline is None else max(0.0, deadline - now)
 
 
+class HungUpTolerant:
+    """The terminal file Textual's writer thread writes to, made to outlive a hang-up: a
+    write or flush that fails (EIO once the terminal is gone) is dropped, and ``gone`` is
+    called, once. Textual's writer thread died on the first failed write; its queue of 30
+    filled, the next write blocked for good, and with it the monitor's exit: an orphan,
+    holding its memory and its loop probes. Everything else is the file's."""
+
+    def __init__(self, file: Any, gone: Callable[[], None]) -> None:
+        self._file = file
+        self._gone = gone
+        self.hung_up = False
+
+    def _hang_up(self) -> None:
+        if not self.hung_up:
+            self.hung_up = True
+            self._gone()
+
+    def write(self, text: str) -> int:
+        if not self.hung_up:
+            try:
+                return int(self._file.write(text))
+            except OSError:
+                self._hang_up()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.hung_up:
+            try:
+                self._file.flush()
+            except OSError:
+                self._hang_up()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
+def terminal_alive(fd: int) -> bool:
+    """Whether ``fd`` is a terminal that has not hung up (its settings can be read)."""
+    try:
+        termios.tcgetattr(fd)
+    except (termios.error, OSError):
+        return False
+    return True
+
+
 class QuietLinuxDriver(LinuxDriver):
     early: ClassVar[EarlyScreen | None] = None  # the first frame's screen, taken over at start
     _skip_alt_screen = False
@@ -76,6 +127,16 @@ class QuietLinuxDriver(LinuxDriver):
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.exit_event = _WakingEvent(self._wake_write)
         self.input_wakeups = 0  # times the input thread woke (a figure for tests)
+        self._terminal = HungUpTolerant(self._file, self.terminal_gone)
+        self._file = self._terminal  # type: ignore[assignment]  # a file to Textual: what it uses, delegated
+
+    def _sigcont_application(self, *args: Any) -> None:
+        """SIGCONT: a resume after Ctrl-Z enters application mode again, but not on a
+        terminal that hung up (the kernel sends SIGCONT right after a hang-up's SIGHUP; a
+        driver made after the monitor's SIGHUP handler ran has this handler in place again)."""
+        if self._terminal.hung_up or not terminal_alive(self.fileno):
+            return
+        super()._sigcont_application(*args)
 
     def start_application_mode(self) -> None:
         # The first frame put the terminal on the alternate screen already (the shell's

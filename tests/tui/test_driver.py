@@ -5,6 +5,7 @@ for a stop. Against a real pseudo-terminal."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pty
 import signal
@@ -16,7 +17,7 @@ import pytest
 from textual import events
 from textual.drivers.linux_driver import LinuxDriver
 
-from affmon.tui.driver import QuietLinuxDriver, driver_class, select_timeout
+from affmon.tui.driver import HungUpTolerant, QuietLinuxDriver, driver_class, select_timeout, terminal_alive
 from tests.tui.helpers import list_app
 
 
@@ -130,6 +131,54 @@ def test_a_terminal_gone_sends_the_monitor_the_signal_a_hang_up_sends(keep_signa
             assert got == [signal.SIGHUP]
         finally:
             driver.close()
+
+    asyncio.run(go())
+
+
+def test_writes_to_a_terminal_that_hung_up_are_dropped_and_reported_once() -> None:
+    """Textual's writer thread writes through this: a failed write used to kill the thread,
+    and the monitor's exit then waited on its full queue forever."""
+    master, slave = pty.openpty()
+    gone: list[bool] = []
+    with open(slave, "w", closefd=True) as file:
+        out = HungUpTolerant(file, lambda: gone.append(True))
+        assert out.write("drawn") == 5
+        out.flush()
+        assert os.read(master, 64) == b"drawn" and not gone
+        os.close(master)  # the hang-up
+        assert not terminal_alive(slave)
+        out.write("lost")
+        out.flush()  # EIO: dropped
+        out.write("and more")
+        out.flush()
+        assert gone == [True] and out.hung_up
+        assert out.fileno() == slave  # the rest is the file's
+        with contextlib.suppress(OSError):  # what is still buffered cannot be written on close
+            file.close()
+
+
+def test_sigcont_resumes_only_on_a_terminal_that_is_still_there(keep_signals):
+    """The kernel sends SIGCONT right after a hang-up's SIGHUP; taken for a resume after
+    Ctrl-Z, it entered application mode again on the dead terminal."""
+
+    async def go() -> None:
+        master, slave = pty.openpty()
+        driver = QuietLinuxDriver(StubApp())  # type: ignore[arg-type]
+        resumed: list[bool] = []
+        driver.resume_application_mode = lambda: resumed.append(True)  # type: ignore[method-assign]
+        driver.fileno = slave
+        try:
+            driver._sigcont_application()
+            assert resumed == [True]  # a resume after Ctrl-Z, as Textual does it
+            os.close(master)
+            master = -1
+            driver._sigcont_application()
+            assert resumed == [True]  # hung up: nothing to resume on
+        finally:
+            driver.close()
+            if master >= 0:
+                os.close(master)
+            os.close(slave)
 
     asyncio.run(go())
 
