@@ -53,8 +53,8 @@ drawn = first_frame.draw_first_frame
 def spy(*args, **kwargs):
     view = drawn(*args, **kwargs)
     with open(sys.argv[1], "w") as out:
-        json.dump({"cpu": time.process_time(), "dataclasses": spent[0], "made": made[0],
-                   "modules": sorted(m for m in sys.modules if m.startswith("affmon"))}, out)
+        json.dump({"drew": view is not None, "cpu": time.process_time(), "dataclasses": spent[0],
+                   "made": made[0], "modules": sorted(sys.modules)}, out)
     os._exit(0)
 first_frame.draw_first_frame = spy
 from affmon.cli import main
@@ -62,9 +62,9 @@ main(["--readonly", "--interval", "1"])
 """
 
 
-def on_terminal(argv: list[str], until: bytes | None) -> float:
+def on_terminal(argv: list[str], until: bytes | None, timeout_s: float = TIMEOUT_S) -> tuple[float, bytes]:
     """Seconds from the launch of ``argv`` on a new pseudo-terminal of 140x40 until ``until``
-    shows in what it writes (None: until it ends)."""
+    shows in what it writes (None: until it ends), and what it wrote by then."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env["TERM"] = "xterm-256color"
     start = time.monotonic()
@@ -75,15 +75,15 @@ def on_terminal(argv: list[str], until: bytes | None) -> float:
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
         seen = b""
         while until is None or until not in seen:
-            if time.monotonic() - start > TIMEOUT_S:
-                raise SystemExit(f"no first frame within {TIMEOUT_S:.0f} s")
+            if time.monotonic() - start > timeout_s:
+                raise SystemExit(f"no first frame within {timeout_s:.0f} s")
             ready, _, _ = select.select([fd], [], [], 0.002)
             if ready:
                 try:
                     seen += os.read(fd, 65536)
                 except OSError:  # it ended
                     break
-        return time.monotonic() - start
+        return time.monotonic() - start, seen
     finally:
         if until is not None:
             os.kill(pid, 9)
@@ -97,13 +97,16 @@ def interpreter() -> float:
     return time.monotonic() - start
 
 
-def spied(path: str) -> dict[str, Any]:
-    on_terminal(["-c", SPY, path], None)
+def spied(path: str, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
+    """The monitor run until its first frame is drawn (``SPY``, writing to ``path``): whether
+    it drew one, its CPU time by then, the dataclasses built and every module loaded."""
+    _, wrote = on_terminal(["-c", SPY, path], None, timeout_s)
     try:
         with open(path) as f:
             parts: dict[str, Any] = json.load(f)
     except (OSError, ValueError):
-        raise SystemExit("the monitor drew no first frame (run it by hand: python -m affmon)") from None
+        tail = wrote.decode("utf-8", "replace")[-2000:]
+        raise SystemExit(f"the monitor drew no first frame; it wrote:\n{tail}") from None
     os.unlink(path)
     return parts
 
@@ -124,7 +127,7 @@ def main() -> None:
     parts: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.launches):  # one of each in turn
-            frames.append(on_terminal(["-m", "affmon", "--readonly", "--interval", "1"], b"CPUs"))
+            frames.append(on_terminal(["-m", "affmon", "--readonly", "--interval", "1"], b"CPUs")[0])
             floors.append(interpreter())
             parts = spied(os.path.join(tmp, "parts.json"))
             cpus.append(parts["cpu"])
@@ -133,9 +136,10 @@ def main() -> None:
     print(f"  the interpreter alone          {ms(floors)}")
     print(f"  CPU spent by the first frame   {ms(cpus)}")
     print(f"    of which dataclasses built   {ms(built)} ({parts['made']} classes)")
-    print(f"  affmon modules loaded          {len(parts['modules'])}")
+    ours = [m for m in parts["modules"] if m == "affmon" or m.startswith("affmon.")]
+    print(f"  affmon modules loaded          {len(ours)}")
     if args.modules:
-        print("\n".join(f"    {m}" for m in parts["modules"]))
+        print("\n".join(f"    {m}" for m in ours))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ shell's screen back on exit."""
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import fcntl
@@ -46,6 +45,7 @@ from affmon.tui.first_frame import (
 from affmon.tui.model.header_line import SEPARATOR, fit, header_segments
 from affmon.tui.model.monitor import Monitor
 from affmon.tui.model.views import View
+from bench.cost.first_frame_parts import spied
 from tests.recordings import RECORDINGS, load, monitor
 from tests.test_terminal_escapes import is_active
 
@@ -406,46 +406,10 @@ LATER = (
     "rich",
 )
 
-SPY = """
-import os, sys
-import affmon.tui.first_frame as first_frame
-drawn = first_frame.draw_first_frame
-def spy(*args, **kwargs):
-    view = drawn(*args, **kwargs)
-    with open(sys.argv[1], "w") as out:
-        out.write(repr((view is not None, sorted(sys.modules))))
-    os._exit(0)
-first_frame.draw_first_frame = spy
-from affmon.cli import main
-main(["--readonly", "--interval", "1"])
-"""
-
 
 def test_the_first_frame_loads_only_what_it_draws(tmp_path: Path) -> None:
-    loaded = tmp_path / "modules"
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SPY, str(loaded)],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        cwd=ROOT,
-        env=monitor_env(),
-        start_new_session=True,
-    )
-    os.close(slave)
-    try:
-        out = b""
-        while (chunk := read_some(master, 1.0)) is not None and proc.poll() is None:
-            out += chunk
-        assert proc.wait(timeout=120) == 0, out.decode("utf-8", "replace")[-2000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
-    drew, modules = ast.literal_eval(loaded.read_text())
-    assert drew
+    parts = spied(str(tmp_path / "parts.json"), timeout_s=120)  # the monitor, until its first frame
+    modules = parts["modules"]
+    assert parts["drew"]
     assert "affmon.tui.model.monitor" in modules and "affmon.sources.live" in modules  # what it drew with
     assert not [m for m in modules if m.startswith(LATER)]
