@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from affmon.core.findings import Finding
 from affmon.core.loop import SHARES, LoopBreakdown, LoopWindow, breakdown, describe, merge_windows
 from affmon.core.loop_findings import DEFAULT_LOOP_THRESHOLDS, LoopThresholds, evaluate_loop, top_places, verdict
 from affmon.core.rates import Snapshot
+from affmon.core.rule_base import Finding
 from affmon.core.samples import ProcessSample, Sample
 
 MAX_LOOPS = 16  # loops probed at once: a node's ranks (8 GPUs), with room for --pid ones

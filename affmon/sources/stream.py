@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from affmon.core.errors import AffmonError, ParseError, SourceError
-from affmon.core.findings import ExpectedMasks
 from affmon.core.lines import split_lines
+from affmon.core.rule_base import ExpectedMasks
 from affmon.core.samples import Sample
 from affmon.core.topology import Topology
 

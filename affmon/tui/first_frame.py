@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from affmon.core.fmt import cpus, cut, term_safe
 from affmon.sources.stream import LiveSource
 from affmon.tui.layout import empty_message
+from affmon.tui.model.first_look import first_look
 from affmon.tui.model.header_line import SEPARATOR, clock_text, fit, header_segments
-from affmon.tui.model.monitor import Monitor
 from affmon.tui.model.table import TableOptions, TableRow, table_rows
 from affmon.tui.model.views import View, shown_role
 
@@ -69,13 +69,13 @@ def draw_first_frame(source: LiveSource, screen: EarlyScreen | None, watched_pid
 
 
 def first_view(source: LiveSource) -> View | None:
-    """What the first sample shows (``Monitor.first_look``); None when it could not be read
-    (the monitor's first tick reads it again and says why)."""
+    """What the first sample shows (``first_look``, as the monitor's own); None when it
+    could not be read (the monitor's first tick reads it again and says why)."""
     try:
         sample = source.first_sample()
     except Exception:  # the first tick raises it again, where the monitor shows it
         return None
-    return Monitor(source.topology, source.info).first_look(sample)
+    return first_look(source.topology, source.info, sample)
 
 
 def _cell(text: str, width: int, right: bool) -> str:

@@ -392,14 +392,20 @@ def test_ctrl_c_on_the_first_frame_puts_the_terminal_back():
 
 
 # Loaded by the monitor's first tick or by Textual's screen, never before the first frame:
-# the journal's reader and the pinner, the planner (the sizing of a job), Textual and Rich;
-# nor what a live monitor never needs: the recording format (a replay's), the fleet view's
-# model (the command line's parser needs only its defaults).
+# the journal's reader and the pinner, the planner (the sizing of a job), the rules and
+# their tracker and the monitor's state over ticks (one sample shows no finding), Textual
+# and Rich; nor what a live monitor never needs: the recording format (a replay's), the
+# fleet view's model (the command line's parser needs only its defaults).
 LATER = (
     "affmon.actions.",
     "affmon.tui.pinner",
     "affmon.core.planner",
     "affmon.core.need",
+    "affmon.core.findings",
+    "affmon.core.memory",
+    "affmon.core.own_threads",
+    "affmon.core.tick",
+    "affmon.tui.model.monitor",
     "affmon.core.recording",
     "affmon.fleet.model",
     "textual",
@@ -411,5 +417,5 @@ def test_the_first_frame_loads_only_what_it_draws(tmp_path: Path) -> None:
     parts = spied(str(tmp_path / "parts.json"), timeout_s=120)  # the monitor, until its first frame
     modules = parts["modules"]
     assert parts["drew"]
-    assert "affmon.tui.model.monitor" in modules and "affmon.sources.live" in modules  # what it drew with
+    assert "affmon.tui.model.first_look" in modules and "affmon.sources.live" in modules  # what it drew with
     assert not [m for m in modules if m.startswith(LATER)]

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from types import MappingProxyType
 from typing import Generic, TypeVar
 
-from affmon.core.findings import DEFAULT_THRESHOLDS, ExpectedMasks, FindingTracker, Thresholds, find_jobs
-from affmon.core.rates import Snapshot, gpu_rates, process_rates
+from affmon.core.findings import DEFAULT_THRESHOLDS, ExpectedMasks, FindingTracker, Thresholds
+from affmon.core.rates import Snapshot
 from affmon.core.samples import Sample
 from affmon.core.tick import Tick, advance, start
 from affmon.core.topology import Topology
 from affmon.sources.stream import SourceInfo
+from affmon.tui.model.first_look import first_look, header_view
 from affmon.tui.model.process_detail import PLOTTED_SHARES, LoopHistory, TrackedHistory, detailed, loop_points
 from affmon.tui.model.views import (
     GpuHistory,
@@ -214,36 +214,16 @@ class Monitor:
         )
 
     def first_look(self, sample: Sample) -> View:
-        """What one sample shows before any interval has closed: the processes, their
-        masks, threads and users, the GPUs' own readings; every rate unknown (None, shown
-        as "-"), no findings, no history, ``measured`` False. Live, it fills the screen
-        while the first interval runs instead of a blank one. Changes no state: the next
-        ``feed`` closes the first interval as if this had not been called."""
-        topo = self.topology
-        snapshot = Snapshot(
-            topology=topo,
-            previous=sample,
-            current=sample,
-            interval_s=0.0,
-            processes=tuple(process_rates(p, None, 0.0, topo) for p in sample.processes),
-            gpus=tuple(gpu_rates(g, None, 0.0, topo) for g in sample.gpus),
-        )
-        jobs = find_jobs(snapshot)
-        samples = {p.pid: p for p in sample.processes}
-        processes = tuple(detailed(r, None, samples.get(r.pid)) for r in process_rows(snapshot, jobs, ()))
-        return View(
+        """``first_look`` of ``sample`` (what one sample shows before any interval has
+        closed). Changes no state: the next ``feed`` closes the first interval as if this
+        had not been called."""
+        return first_look(
+            self.topology,
+            self.info,
+            sample,
             tick=self.ticks,
-            header=self._header(sample, sum(1 for p in processes if p.watched), finished=False),
-            gpus=tuple(gpu_row(g) for g in snapshot.gpus),
-            processes=processes,
-            findings=(),
-            jobs=tuple(j.pid for j in jobs),
-            training_jobs=frozenset(j.pid for j in jobs if j.training),
-            cores=core_groups(snapshot, jobs),
-            gpu_history=MappingProxyType({}),
-            process_history=MappingProxyType({}),
-            snapshot=snapshot,
-            measured=False,
+            samples_seen=self.samples_seen,
+            lagging_interval_s=self._lagging(),
         )
 
     @property
@@ -279,28 +259,13 @@ class Monitor:
         return _Ring(self.history_len)
 
     def _header(self, sample: Sample, watched: int, finished: bool) -> HeaderView:
-        topo = self.topology
-        info = self.info
-        position = None
-        if info.total_samples is not None:
-            position = f"sample {self.samples_seen}/{info.total_samples}"
-        return HeaderView(
-            host=info.host,
-            cpus=len(topo.online_cpus),
-            cores=len(topo.cores),
-            numa_nodes=len(topo.cpu_numa_nodes),
-            gpus=len(sample.gpus) or len(topo.gpus),
-            interval_s=info.interval_s,
-            nvml_status=info.nvml_status,
-            source=info.source,
-            position=position,
-            finished=finished,
-            wall_time_s=sample.wall_time_s,
-            threads=sample.thread_count,
-            processes=len(sample.processes),
+        return header_view(
+            self.topology,
+            self.info,
+            sample,
             watched=watched,
-            sample_cost_s=sample.duration_s,
-            notice=info.notice,
+            finished=finished,
+            samples_seen=self.samples_seen,
             lagging_interval_s=self._lagging(),
         )
 
