@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,7 +22,7 @@ from affmon.collect.selection import is_training_candidate
 from bench.cost.sample_cost import Row as CostRow
 from bench.cost.sample_cost import Timing
 from bench.cost.sample_cost import table as cost_table
-from bench.cost.tui_cost import affmon_clock, changes, htop_clock, refreshes
+from bench.cost.tui_cost import Control, Tmux, affmon_clock, changes, htop_clock, quoted, refreshes
 from bench.workloads.waking import Population, Shape, split, task_counters
 
 WAKING = Path(__file__).resolve().parent.parent / "bench" / "workloads" / "waking.py"
@@ -155,3 +156,27 @@ def test_the_cost_ratio_is_per_thread() -> None:
     assert lines[2].split()[:3] == ["2,000", "waking", "affmon"]
     assert lines[2].split()[-2:] == ["11.0", "20.0"]  # median ms / threads read, in us
     assert lines[4].split()[-2:] == ["0.52", "0.80"]  # 11.0 / 21.0 and 20.0 / 25.0
+
+
+def test_the_first_frames_are_heard_as_each_pane_writes_and_read_on_one_client() -> None:
+    """``tui_cost``'s control-mode client: a launched pane's output is heard when it is
+    written (not before), its screen is read through the open client, and a word that
+    tmux would split or expand is refused rather than passed on."""
+    tmux = Tmux()
+    try:
+        control = Control(tmux)
+        try:
+            started = time.monotonic()
+            pane = control.launch("first-test", 'sleep 0.3; echo "the frame"; sleep 30')
+            while pane not in control.wrote and time.monotonic() - started < 10:
+                control.listen(0.1)
+            heard = control.wrote.pop(pane) - started
+            assert 0.3 <= heard < 10, heard  # the output, not the launch
+            assert "the frame" in control.screen(pane)
+            assert control.command("display-message -p -t " + pane + " '#{pane_width}x#{pane_height}'") == ["140x40"]
+        finally:
+            control.close()
+    finally:
+        tmux.close()
+    with pytest.raises(ValueError):
+        quoted("it's")

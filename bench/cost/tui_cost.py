@@ -30,8 +30,13 @@ Measured for each over that window:
   alternating), each timed from its own launch until its pane shows data: for affmon the
   clock on its header or a process row (in its table, after the border, or in the plain
   first frame it draws before Textual has loaded), for htop a line of its process list
-  (PID, user, priority, nice). Panes are read every ``FIRST_POLL_S``; the figure is the
-  median of the launches and its ratio. Also timed: affmon's full screen (Textual's, its
+  (PID, user, priority, nice). Both are launched and read through one tmux control-mode
+  client (``tmux -C``), which hears each pane's output as it is written: a pane is read
+  (``capture-pane``, a request on the open client, no process started) as soon as it has
+  written, and the time taken is that of its output, to about a millisecond (read every
+  20 ms by starting ``tmux capture-pane`` each time, a first frame of 0.1 s was resolved
+  to a fifth of itself, and the reading took a CPU from the tools it timed). The figure
+  is the median of the launches and its ratio. Also timed: affmon's full screen (Textual's, its
   footer of keys on it), when keys start to work. Each launch's ratio is printed too (the
   two tools were launched together). affmon's bytecode is compiled first, as
   ``pip install`` does (with ``PYTHONDONTWRITEBYTECODE`` set, a checkout would compile
@@ -62,8 +67,10 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import os
 import re
+import select
 import shutil
 import statistics
 import subprocess
@@ -88,7 +95,6 @@ from bench.workloads.waking import (
 ROOT = Path(__file__).resolve().parent.parent.parent
 TICKS = os.sysconf("SC_CLK_TCK")
 POLL_S = 0.25
-FIRST_POLL_S = 0.02  # a capture takes a few ms: first frames are resolved to a few tens of ms
 FIRST_TIMEOUT_S = 30.0
 WIDTH, HEIGHT = 140, 40
 # affmon: the first HH:MM:SS on its header (the first line drawn); htop: its uptime meter.
@@ -201,6 +207,116 @@ class Tmux:
         self.run("kill-server")
 
 
+def quoted(text: str) -> str:
+    """``text`` as one word of a tmux command (single quotes, inside which tmux expands
+    nothing and ``;`` ends no command)."""
+    if "'" in text or "\n" in text:
+        raise ValueError(f"cannot quote for tmux: {text!r}")
+    return f"'{text}'"
+
+
+class Control:
+    """A tmux control-mode client (``tmux -C attach``) on a session of its own, ``first``:
+    commands go down its standard input and their output comes back between ``%begin`` and
+    ``%end`` lines; between them, notifications, among which ``%output %PANE ...`` each time
+    a pane of the session writes. The first frames are launched as windows of that session
+    and read through it."""
+
+    SESSION = "first"
+
+    def __init__(self, tmux: Tmux) -> None:
+        done = tmux.run(
+            "new-session", "-d", "-s", self.SESSION, "-x", str(WIDTH), "-y", str(HEIGHT), "exec sleep 86400"
+        )
+        if done.returncode:
+            raise OSError(f"tmux new-session failed: {done.stderr.strip()}")
+        self._proc = subprocess.Popen(
+            ["tmux", "-L", tmux.socket, "-C", "attach", "-t", self.SESSION],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+        )
+        self._pending = b""
+        self.wrote: dict[str, float] = {}  # pane -> when its latest output was heard
+        # past the attach's own reply (a block like a command's) and its notifications
+        token = f"ready-{os.getpid()}"
+        self._send(f"display-message -p {token}")
+        while self._reply("display-message") != [token]:
+            pass
+
+    def _line(self, deadline: float) -> bytes | None:
+        """The next line from tmux; None once ``deadline`` (monotonic) passes first."""
+        assert self._proc.stdout is not None
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._proc.stdout], [], [], left)[0]:
+                return None
+            data = os.read(self._proc.stdout.fileno(), 1 << 16)
+            if not data:
+                raise OSError("the tmux control client ended")
+            self._pending += data
+        line, self._pending = self._pending.split(b"\n", 1)
+        return line
+
+    def _heard(self, line: bytes) -> None:
+        if line.startswith(b"%output "):
+            self.wrote[line.split(b" ", 2)[1].decode()] = time.monotonic()
+
+    def command(self, text: str, timeout_s: float = 10.0) -> list[str]:
+        """Run one tmux command; its output lines."""
+        self._send(text)
+        return self._reply(text, timeout_s)
+
+    def _send(self, text: str) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(text.encode() + b"\n")
+
+    def _reply(self, text: str, timeout_s: float = 10.0) -> list[str]:
+        """The output of the next command block (``text`` names the command in errors)."""
+        deadline = time.monotonic() + timeout_s
+        out: list[str] | None = None
+        while True:
+            line = self._line(deadline)
+            if line is None:
+                raise OSError(f"tmux did not answer {text!r} within {timeout_s:g} s")
+            if out is None:
+                if line.startswith(b"%begin "):
+                    out = []
+                else:
+                    self._heard(line)
+            elif line.startswith((b"%end ", b"%error ")):
+                if line.startswith(b"%error "):
+                    raise OSError(f"tmux {text!r}: {' '.join(out)}")
+                return out
+            else:
+                out.append(line.decode("utf-8", "replace"))
+
+    def listen(self, timeout_s: float) -> None:
+        """Take the notifications that come within ``timeout_s``, returning at the first."""
+        line = self._line(time.monotonic() + timeout_s)
+        while line is not None:
+            self._heard(line)
+            line = self._line(time.monotonic()) if b"\n" in self._pending else None
+
+    def launch(self, name: str, command: str) -> str:
+        """``command`` in a new 140x40 window of the session; its pane's id."""
+        where = f"-t {self.SESSION}: -n {quoted(name)} -c {quoted(str(ROOT))}"
+        out = self.command(f"new-window -d -P -F '#{{pane_id}}' {where} {quoted(command)}")
+        return out[0].strip()
+
+    def screen(self, pane: str) -> str:
+        return "\n".join(self.command(f"capture-pane -p -t {pane}"))
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
 @dataclass(frozen=True)
 class Tool:
     cpu_share: float  # of one core
@@ -240,14 +356,21 @@ def first_frames(tmux: Tmux, commands: dict[str, str], launches: int) -> dict[st
     pairs = [({"affmon": commands["affmon"], "htop": commands["htop"]}, "")]
     if "floor" in commands:
         pairs.append(({"floor": commands["floor"], "htop": commands["htop"]}, " beside floor"))
-    for launch in range(launches):
-        for pair, suffix in pairs:
-            for probe, seconds in _time_launch(tmux, pair, launch % 2 == 1).items():
-                found.setdefault(probe if probe != "htop" else "htop" + suffix, []).append(seconds)
+    control = Control(tmux)
+    try:
+        for launch in range(launches):
+            for pair, suffix in pairs:
+                for probe, seconds in _time_launch(control, pair, launch % 2 == 1).items():
+                    found.setdefault(probe if probe != "htop" else "htop" + suffix, []).append(seconds)
+    finally:
+        control.close()
+        tmux.stop(Control.SESSION)
     return found
 
 
-def _time_launch(tmux: Tmux, commands: dict[str, str], reverse: bool) -> dict[str, float]:
+def _time_launch(control: Control, commands: dict[str, str], reverse: bool) -> dict[str, float]:
+    """Each probe's time from its tool's launch to the output after which its pane first
+    showed what the probe looks for."""
     probes: dict[str, tuple[str, Callable[[str], bool]]] = {
         "affmon": ("affmon", affmon_has_data),
         "affmon keys": ("affmon", affmon_has_keys),
@@ -256,19 +379,29 @@ def _time_launch(tmux: Tmux, commands: dict[str, str], reverse: bool) -> dict[st
     }
     probes = {k: v for k, v in probes.items() if v[0] in commands}
     order = list(reversed(commands)) if reverse else list(commands)
-    started = {}
+    started: dict[str, float] = {}
+    panes: dict[str, str] = {}
+    control.wrote.clear()
     for name in order:
         started[name] = time.monotonic()
-        tmux.start(f"first-{name}", commands[name])
+        panes[name] = control.launch(f"first-{name}", commands[name])
     seen: dict[str, float] = {}
-    while len(seen) < len(probes) and time.monotonic() - min(started.values()) < FIRST_TIMEOUT_S:
-        screens = {name: tmux.capture(f"first-{name}") for name in commands}
-        for probe, (pane, has) in probes.items():
-            if probe not in seen and has(screens[pane]):
-                seen[probe] = time.monotonic() - started[pane]
-        time.sleep(FIRST_POLL_S)
-    for name in commands:
-        tmux.stop(f"first-{name}")
+    try:
+        while len(seen) < len(probes) and time.monotonic() - min(started.values()) < FIRST_TIMEOUT_S:
+            control.listen(0.1)
+            for name, pane in panes.items():
+                heard = control.wrote.pop(pane, None)
+                waiting = [p for p, (tool, _) in probes.items() if tool == name and p not in seen]
+                if heard is None or not waiting:
+                    continue
+                screen = control.screen(pane)
+                for probe in waiting:
+                    if probes[probe][1](screen):
+                        seen[probe] = heard - started[name]
+    finally:
+        for pane in panes.values():
+            with contextlib.suppress(OSError):  # a tool that ended has no window left
+                control.command(f"kill-window -t {pane}")
     time.sleep(1.0)  # both gone before the next launch
     return {probe: seen.get(probe, float("nan")) for probe in probes}
 
@@ -447,7 +580,7 @@ def main() -> None:
     print(
         f"{shapes[0].describe()}; {os.cpu_count()} CPUs; {a.seconds:g} s measured after {a.warmup:g} s warm-up; "
         f"{WIDTH}x{HEIGHT} tmux panes; screens read every {POLL_S:g} s; first frames: {a.first_frames} launches a run, "
-        f"read every {FIRST_POLL_S:g} s"
+        "read as each pane writes"
     )
     for row in rows:
         if row.shape.processes or row.shape.ranks:
