@@ -6,6 +6,7 @@ counted from screen captures, the affmon / ps ratio)."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -168,6 +169,10 @@ def test_the_first_frames_are_heard_as_each_pane_writes_and_read_on_one_client()
         try:
             started = time.monotonic()
             pane = control.launch("first-test", 'sleep 0.3; echo "the frame"; sleep 30')
+            for _ in range(5):  # windows made one after another: each answer is its own command's
+                other = control.launch("first-other", "sleep 30")
+                assert re.fullmatch(r"%\d+", other) and other != pane, other
+                control.command(f"kill-window -t {other}")
             while pane not in control.wrote and time.monotonic() - started < 10:
                 control.listen(0.1)
             heard = control.wrote.pop(pane) - started

@@ -272,22 +272,28 @@ class Control:
         self._proc.stdin.write(text.encode() + b"\n")
 
     def _reply(self, text: str, timeout_s: float = 10.0) -> list[str]:
-        """The output of the next command block (``text`` names the command in errors)."""
+        """The output of the block that answers the next command sent (``text`` names it in
+        errors). A block whose last field (flags) is not 1 answers a command the server ran
+        for this client of its own accord (seen when a window is made): passed over."""
         deadline = time.monotonic() + timeout_s
         out: list[str] | None = None
+        ours = False
         while True:
             line = self._line(deadline)
             if line is None:
                 raise OSError(f"tmux did not answer {text!r} within {timeout_s:g} s")
             if out is None:
                 if line.startswith(b"%begin "):
-                    out = []
+                    out, ours = [], line.rsplit(b" ", 1)[-1] == b"1"
                 else:
                     self._heard(line)
             elif line.startswith((b"%end ", b"%error ")):
-                if line.startswith(b"%error "):
+                if not ours:
+                    out = None
+                elif line.startswith(b"%error "):
                     raise OSError(f"tmux {text!r}: {' '.join(out)}")
-                return out
+                else:
+                    return out
             else:
                 out.append(line.decode("utf-8", "replace"))
 
