@@ -26,16 +26,16 @@ Measured for each over that window:
 
 * RSS at the start of the window too: the monitor's memory must stay flat over a run;
 * the first frame with data (``--first-frames``, 5 launches a run, before the window):
-  both tools launched together (one ``tmux new-session`` after the other, the order
+  both tools launched together (one new tmux window after the other, the order
   alternating), each timed from its own launch until its pane shows data: for affmon the
   clock on its header or a process row (in its table, after the border, or in the plain
   first frame it draws before Textual has loaded), for htop a line of its process list
   (PID, user, priority, nice). Both are launched and read through one tmux control-mode
   client (``tmux -C``), which hears each pane's output as it is written: a pane is read
   (``capture-pane``, a request on the open client, no process started) as soon as it has
-  written, and the time taken is that of its output, to about a millisecond (read every
-  20 ms by starting ``tmux capture-pane`` each time, a first frame of 0.1 s was resolved
-  to a fifth of itself, and the reading took a CPU from the tools it timed). The figure
+  written, and the time taken is that of its output, to about a millisecond (a
+  ``tmux capture-pane`` started every 20 ms would resolve a first frame of 0.1 s to a fifth
+  of itself, and take CPU from the two launches it times). The figure
   is the median of the launches and its ratio. Also timed: affmon's full screen (Textual's, its
   footer of keys on it), when keys start to work. Each launch's ratio is printed too (the
   two tools were launched together). affmon's bytecode is compiled first, as
