@@ -225,11 +225,7 @@ class Control:
     SESSION = "first"
 
     def __init__(self, tmux: Tmux) -> None:
-        done = tmux.run(
-            "new-session", "-d", "-s", self.SESSION, "-x", str(WIDTH), "-y", str(HEIGHT), "exec sleep 86400"
-        )
-        if done.returncode:
-            raise OSError(f"tmux new-session failed: {done.stderr.strip()}")
+        tmux.start(self.SESSION, "exec sleep 86400")
         self._proc = subprocess.Popen(
             ["tmux", "-L", tmux.socket, "-C", "attach", "-t", self.SESSION],
             stdin=subprocess.PIPE,
