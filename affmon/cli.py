@@ -19,7 +19,7 @@ from affmon import __version__
 from affmon.commands.argtypes import count, pid, seconds, speed
 from affmon.commands.escaped_output import escaped_streams
 from affmon.core.errors import AffmonError
-from affmon.core.fmt import term_safe
+from affmon.core.text import term_safe
 
 EXIT_USAGE = 2
 

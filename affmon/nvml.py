@@ -47,9 +47,9 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
-from affmon.core.cpuset import MAX_CPU_ID, CpuSet
-from affmon.core.samples import GpuProcess, GpuSample, PcieLink
-from affmon.core.topology import Topology, normalize_bus_id
+from affmon.core.model.cpuset import MAX_CPU_ID, CpuSet
+from affmon.core.model.samples import GpuProcess, GpuSample, PcieLink
+from affmon.core.model.topology import Topology, normalize_bus_id
 
 FI_PCIE_COUNT_TX_BYTES = 197  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES
 FI_PCIE_COUNT_RX_BYTES = 198  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES

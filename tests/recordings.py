@@ -6,8 +6,8 @@ import gzip
 from functools import cache
 from pathlib import Path
 
-from affmon.core.recording import Header, read_recording
-from affmon.core.samples import Sample
+from affmon.core.model.samples import Sample
+from affmon.core.recording.format import Header, read_recording
 from affmon.sources.stream import SourceInfo
 from affmon.tui.model.monitor import Monitor
 from affmon.tui.model.views import View

@@ -4,10 +4,10 @@ import gzip
 import itertools
 from pathlib import Path
 
-from affmon.core.advice import occupants, suggest_for_job, training_pids
-from affmon.core.findings import find_jobs
-from affmon.core.rates import Snapshot, make_snapshot
-from affmon.core.recording import read_recording
+from affmon.core.model.jobs import find_jobs
+from affmon.core.model.rates import Snapshot, make_snapshot
+from affmon.core.plan.advice import occupants, suggest_for_job, training_pids
+from affmon.core.recording.format import read_recording
 
 RECORDINGS = Path(__file__).parent / "fixtures" / "recordings"
 

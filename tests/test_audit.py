@@ -21,13 +21,13 @@ from hypothesis import strategies as st
 
 from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.commands.audit import audit_text, read_environments
-from affmon.core.audit import EQUIVALENT, NO_PLAN, OFF_PLAN, ON_PLAN, Audit, RankAudit, audit
-from affmon.core.audit_ranks import RankEnv, parse_environ
-from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
-from affmon.core.domains import allowed_pool, gpu_domain
-from affmon.core.planner import plan_machine
-from affmon.core.samples import GpuProcess, GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
-from affmon.core.topology import Topology
+from affmon.core.model.cpuset import CpuSet, format_cpulist, parse_cpulist
+from affmon.core.model.domains import allowed_pool, gpu_domain
+from affmon.core.model.samples import GpuProcess, GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
+from affmon.core.model.topology import Topology
+from affmon.core.plan.audit import EQUIVALENT, NO_PLAN, OFF_PLAN, ON_PLAN, Audit, RankAudit, audit
+from affmon.core.plan.audit_ranks import RankEnv, parse_environ
+from affmon.core.plan.planner import plan_machine
 
 from .recordings import RECORDINGS, load
 
@@ -243,7 +243,7 @@ def test_cli_replay_pid_restricts_to_that_tree():
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     header, samples = load("ddp2_overlap")
-    from affmon.core.recording import header_line, sample_line
+    from affmon.core.recording.format import header_line, sample_line
 
     head = header_line(header.topology, None, None, 1.0)
     (tmp_path / "header_only.jsonl").write_text(head + "\n")
@@ -263,7 +263,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 
 def test_nothing_to_audit_is_said_and_exits_0_as_plan_does_with_nothing_to_plan(tmp_path):
     header, samples = load("ddp2_overlap")
-    from affmon.core.recording import header_line, sample_line
+    from affmon.core.recording.format import header_line, sample_line
 
     head = header_line(header.topology, None, None, 1.0)
     quiet = replace(samples[-1], processes=tuple(replace(p, gpu_indices=()) for p in samples[-1].processes))

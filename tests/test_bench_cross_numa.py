@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from affmon.core.errors import AffmonError
-from affmon.core.topology import Core, Gpu, NumaNode, Package, Topology
+from affmon.core.model.topology import Core, Gpu, NumaNode, Package, Topology
 from affmon.sources.live import load_topology
 from bench.numa.cross_numa import wrong_node
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from affmon.collect.cgroup import Mount, cgroup_cpuset, cgroup_mems, parse_mounts, read_mounts
-from affmon.core.cpuset import parse_cpulist
 from affmon.core.errors import ParseError
+from affmon.core.model.cpuset import parse_cpulist
 from tests.test_topology_sysfs import extract_tree
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from affmon.core.cpuset import parse_cpulist
+from affmon.core.model.cpuset import parse_cpulist
 from tests.live import usable_cpus, workload
 from tests.test_topology_sysfs import extract_tree
 
@@ -202,7 +202,7 @@ def test_the_command_line_is_parsed_without_loading_the_exporter_or_the_rules():
     the exporter's modules pulled in the findings under them, 0.1 s of the monitor's start."""
     code = (
         "import sys, affmon.cli; affmon.cli.build_parser();"
-        "print(sorted(m for m in sys.modules if m.startswith(('affmon.export.', 'affmon.core.findings', 'textual'))))"
+        "print(sorted(m for m in sys.modules if m.startswith(('affmon.export.', 'affmon.core.rules.', 'textual'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"

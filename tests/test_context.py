@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from affmon.collect.context import CPU_MANAGER_STATE, ContextReader
 from affmon.collect.procfs import ProcFs
-from affmon.core.context import (
+from affmon.core.errors import ParseError
+from affmon.core.model.context import (
     MAX_VALUE_CHARS,
     Context,
     cgroup_path,
@@ -22,7 +23,6 @@ from affmon.core.context import (
     from_cgroup,
     numa_binding,
 )
-from affmon.core.errors import ParseError
 
 CASES = [
     line.split("|", 1)

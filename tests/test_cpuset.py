@@ -2,14 +2,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from affmon.core.cpuset import (
-    MAX_CPU_ID,
-    format_cpulist,
-    format_cpumask,
-    parse_cpulist,
-    parse_cpumask,
-)
 from affmon.core.errors import ParseError
+from affmon.core.model.cpuset import MAX_CPU_ID, format_cpulist, format_cpumask, parse_cpulist, parse_cpumask
 
 
 @pytest.mark.parametrize(

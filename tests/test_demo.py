@@ -6,9 +6,10 @@ import subprocess
 import sys
 
 from affmon.commands.tui import demo_recording
-from affmon.core.findings import Context, FindingTracker, evaluate
-from affmon.core.rates import make_snapshot
-from affmon.core.recording import read_recording
+from affmon.core.model.rates import make_snapshot
+from affmon.core.recording.format import read_recording
+from affmon.core.rules.base import RuleInputs
+from affmon.core.rules.evaluate import FindingTracker, evaluate
 
 
 def test_demo_shows_the_findings_and_then_the_fix():
@@ -19,7 +20,7 @@ def test_demo_shows_the_findings_and_then_the_fix():
     tracker = FindingTracker()
     active = []
     for a, b in itertools.pairwise(samples):
-        tracker = tracker.update(evaluate(make_snapshot(a, b, header.topology), Context(header.topology)))
+        tracker = tracker.update(evaluate(make_snapshot(a, b, header.topology), RuleInputs(header.topology)))
         active.append({f.code for f in tracker.active})
     assert {"STARVED", "CONTENDED"} <= active[len(active) // 4]  # the hogs starve the job
     assert active[-1] == set()  # after affmon's pin --isolate, nothing is left

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from affmon.core.findings import DEFAULT_THRESHOLDS
+from affmon.core.rules.base import DEFAULT_THRESHOLDS
 from tests.live import usable_cpus, workload
 
 

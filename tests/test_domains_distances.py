@@ -6,8 +6,8 @@ four-node trees."""
 
 from __future__ import annotations
 
-from affmon.core.domains import gpu_domain
-from affmon.core.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
+from affmon.core.model.domains import gpu_domain
+from affmon.core.model.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
 
 # Four nodes of four CPUs; from node 0, node 3 is nearer (20) than nodes 1 and 2 (30).
 DISTANCES = [[10, 30, 30, 20], [30, 10, 20, 30], [30, 20, 10, 30], [20, 30, 30, 10]]

@@ -29,9 +29,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from affmon.collect.sampler import Sampler, Selection
 from affmon.commands.export import listen_address
-from affmon.core.recording import read_recording
-from affmon.core.samples import GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
-from affmon.core.topology import NumaNode, Topology
+from affmon.core.model.samples import GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
+from affmon.core.model.topology import NumaNode, Topology
+from affmon.core.recording.format import read_recording
 from affmon.export import catalogue as m
 from affmon.export.catalogue import CATALOGUE
 from affmon.export.collector import StateCollector
@@ -642,10 +642,10 @@ def test_context_memory_and_loop_families(narrow_state):
     bounded labels, one memory series per node, five shares summing to 1."""
     from dataclasses import replace
 
-    from affmon.core.context import Context
-    from affmon.core.loop import LoopBreakdown
-    from affmon.core.loop_report import LoopReport
-    from affmon.core.samples import NodeMemory
+    from affmon.core.model.context import Context
+    from affmon.core.model.loop import LoopBreakdown
+    from affmon.core.model.samples import NodeMemory
+    from affmon.core.rules.loop_report import LoopReport
 
     snap = narrow_state.snapshot
     target = next(p for p in snap.processes if p.sample.watched and p.sample.training)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from affmon.core.rule_base import Finding, Severity
+from affmon.core.rules.base import Finding, Severity
 from affmon.export.state import ExportState
 from tests.test_export import exposition, recorded, run
 from tests.test_export_prometheus import binary

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from affmon.core.samples import Sample
+from affmon.core.model.samples import Sample
 from affmon.export.render import Renderer
 from affmon.export.server import PIPELINED_LIMIT, MetricsServer
 from affmon.export.service import Exporter

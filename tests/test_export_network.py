@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-from affmon.core.samples import Sample
+from affmon.core.model.samples import Sample
 from affmon.export.catalogue import CATALOGUE
 from affmon.export.collector import StateCollector
 from affmon.export.render import BodyReader, Renderer, _Families, _Formatted

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from affmon.core.samples import Sample
+from affmon.core.model.samples import Sample
 from affmon.export.pace import GONE_AFTER_GAPS, MAX_INTERVAL_S, Pace
 from tests.recordings import load
 from tests.test_export import fetch, serving, topology

@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from affmon.core.context import Context
-from affmon.core.loop import LoopBreakdown
-from affmon.core.loop_report import LoopReport
-from affmon.core.samples import NodeMemory
+from affmon.core.model.context import Context
+from affmon.core.model.loop import LoopBreakdown
+from affmon.core.model.samples import NodeMemory
+from affmon.core.rules.loop_report import LoopReport
 from affmon.export.families import families
 from affmon.export.state import ExportState
 from tests.test_export import DOCS, recorded, run

@@ -12,21 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from affmon.core.cpuset import parse_cpulist
-from affmon.core.findings import (
-    Context,
-    Finding,
-    FindingTracker,
-    Severity,
-    Thresholds,
-    evaluate,
-    exit_status,
-    find_jobs,
-)
-from affmon.core.rates import Snapshot, make_snapshot
-from affmon.core.recording import read_recording
-from affmon.core.samples import PcieLink, Sample
-from affmon.core.topology import Gpu, NumaNode, Topology
+from affmon.core.model.cpuset import parse_cpulist
+from affmon.core.model.jobs import find_jobs
+from affmon.core.model.rates import Snapshot, make_snapshot
+from affmon.core.model.samples import PcieLink, Sample
+from affmon.core.model.topology import Gpu, NumaNode, Topology
+from affmon.core.recording.format import read_recording
+from affmon.core.rules.base import Finding, RuleInputs, Severity, Thresholds
+from affmon.core.rules.evaluate import FindingTracker, evaluate, exit_status
 
 RECORDINGS = Path(__file__).parent / "fixtures" / "recordings"
 
@@ -44,7 +37,7 @@ def snapshots(topology: Topology, samples: list[Sample]) -> list[Snapshot]:
 def debounced(topology: Topology, samples: list[Sample], **context) -> list[Finding]:
     tracker = FindingTracker()
     for snap in snapshots(topology, samples):
-        tracker = tracker.update(evaluate(snap, Context(topology, **context)))
+        tracker = tracker.update(evaluate(snap, RuleInputs(topology, **context)))
     return tracker.active
 
 
@@ -104,7 +97,7 @@ def test_healthy_pinned_job_migrates_and_switches_yet_is_not_flagged(rec):
     (job,) = find_jobs(snap)
     switches = sum(th.involuntary_switches_per_s or 0 for m in job.members for th in m.threads)
     assert switches > 10
-    assert evaluate(snap, Context(topology)) == []
+    assert evaluate(snap, RuleInputs(topology)) == []
 
 
 # -- STARVED --------------------------------------------------------------------------

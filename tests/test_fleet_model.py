@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from affmon.core import fmt
-from affmon.core.rule_base import Severity
+from affmon.core.rules.base import Severity
 from affmon.fleet.model import (
     FleetFinding,
     Node,

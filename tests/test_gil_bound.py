@@ -20,11 +20,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from affmon.collect.sampler import Sampler, Selection
-from affmon.core.advice import job_of, suggest_for_job
-from affmon.core.findings import DEFAULT_THRESHOLDS, Context, demand, evaluate
-from affmon.core.need import job_need
-from affmon.core.rates import Snapshot, make_snapshot
-from affmon.core.samples import Sample
+from affmon.core.model.jobs import demand
+from affmon.core.model.rates import Snapshot, make_snapshot
+from affmon.core.model.samples import Sample
+from affmon.core.plan.advice import job_of, suggest_for_job
+from affmon.core.plan.need import job_need
+from affmon.core.rules.base import DEFAULT_THRESHOLDS, RuleInputs
+from affmon.core.rules.evaluate import evaluate
 from affmon.sources.live import load_topology
 from tests.test_sizing import Spec, machine, samples_of
 
@@ -85,7 +87,7 @@ def measured(pid: int, seconds: float = 2.0) -> Snapshot:
 def test_pure_python_threads_are_gil_bound_and_sized_by_the_cpu_they_use() -> None:
     with started(SPINNING, 4) as pid:
         snap = measured(pid)
-    findings = {f.code: f for f in evaluate(snap, Context(snap.topology)) if f.pid == pid}
+    findings = {f.code: f for f in evaluate(snap, RuleInputs(snap.topology)) if f.pid == pid}
     assert "GIL_BOUND" in findings, findings
     gil = findings["GIL_BOUND"]
     turning = gil.evidence["threads"]
@@ -118,7 +120,7 @@ def test_pure_python_threads_on_one_cpu_are_gil_bound_not_a_mask_too_narrow() ->
     cpus = sorted(os.sched_getaffinity(0))
     with started(SPINNING, 4, {cpus[0]}) as pid:
         snap = measured(pid)
-    found = {f.code: f for f in evaluate(snap, Context(snap.topology)) if f.pid == pid}
+    found = {f.code: f for f in evaluate(snap, RuleInputs(snap.topology)) if f.pid == pid}
     assert "GIL_BOUND" in found, found
     assert "MASK_TOO_NARROW" not in found and "OVERSUBSCRIBED" not in found, found
     if "STARVED" in found:  # only a thread the kernel kept queued, never one taking turns
@@ -138,7 +140,7 @@ def test_threads_that_release_the_gil_are_not_gil_bound() -> None:
     # nearly all the interval, where a thread waiting its turn sleeps.
     awake = 1.0 - DEFAULT_THRESHOLDS.turn_asleep
     assert all(demand(th, snap.interval_s) > awake for th in ran), ran
-    codes = {f.code for f in evaluate(snap, Context(snap.topology)) if f.pid == pid}
+    codes = {f.code for f in evaluate(snap, RuleInputs(snap.topology)) if f.pid == pid}
     assert "GIL_BOUND" not in codes
 
 
@@ -175,14 +177,14 @@ def eight(run_ms: int, wait_ms: int) -> list[tuple[int, int, frozenset[int], lis
 def test_on_sixteen_cpus_eight_threads_taking_turns_need_one_and_many_parallel_ones_need_eight() -> None:
     turns: list[Spec] = [(100, 1, "python3", True, True, False, eight(125, 300))]
     window = snaps_of(turns, 16, 200)  # 200 voluntary switches a second each: the GIL's pace
-    found = {f.code: f for f in evaluate(window[-1], Context(window[-1].topology))}
+    found = {f.code: f for f in evaluate(window[-1], RuleInputs(window[-1].topology))}
     assert "GIL_BOUND" in found and "STARVED" not in found
     job = job_of(window[-1], 100)
     assert job is not None
     assert job_need(job, window).cpus == 2  # 1.0 CPU used, with a quarter more
     # The same counters without the switches: threads that run in parallel and queue.
     window = snaps_of(turns, 16, 0)
-    found = {f.code: f for f in evaluate(window[-1], Context(window[-1].topology))}
+    found = {f.code: f for f in evaluate(window[-1], RuleInputs(window[-1].topology))}
     assert "GIL_BOUND" not in found and "STARVED" in found
     job = job_of(window[-1], 100)
     assert job is not None
@@ -191,5 +193,5 @@ def test_on_sixteen_cpus_eight_threads_taking_turns_need_one_and_many_parallel_o
     # ms run, 850 queued): threads in C code meeting the lock on a loaded machine, not
     # threads asleep while another holds it.
     window = snaps_of([(100, 1, "python3", True, True, False, eight(125, 850))], 16, 200)
-    found = {f.code: f for f in evaluate(window[-1], Context(window[-1].topology))}
+    found = {f.code: f for f in evaluate(window[-1], RuleInputs(window[-1].topology))}
     assert "GIL_BOUND" not in found and "STARVED" in found

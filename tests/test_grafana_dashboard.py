@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 
 from affmon.collect.sampler import Sampler, Selection
-from affmon.core.samples import Sample
+from affmon.core.model.samples import Sample
 from affmon.export.catalogue import CATALOGUE
 from affmon.sources.live import load_topology
 from tests.live import usable_cpus, workload

@@ -26,10 +26,11 @@ from pathlib import Path
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.sysfs_topology import read_topology
 from affmon.commands.report import snapshot_json
-from affmon.core.advice import attach_suggestions
-from affmon.core.findings import Context, FindingTracker, evaluate
-from affmon.core.rates import make_snapshot
-from affmon.core.recording import read_recording
+from affmon.core.model.rates import make_snapshot
+from affmon.core.plan.advice import attach_suggestions
+from affmon.core.recording.format import read_recording
+from affmon.core.rules.base import RuleInputs
+from affmon.core.rules.evaluate import FindingTracker, evaluate
 from affmon.nvml import NvmlGateway
 from tests.fake_pynvml import FakeGpu, FakeNvml
 from tests.live import workload
@@ -92,7 +93,7 @@ def test_sampler_and_diagnosis_under_churn() -> None:
                     time.sleep(TICK_S)
                     current = sampler.sample()
                     snap = make_snapshot(previous, current, topology)
-                    findings = evaluate(snap, Context(topology))
+                    findings = evaluate(snap, RuleInputs(topology))
                     tracker = tracker.update(findings)
                     attach_suggestions(tracker.active, snap)
                     json.dumps(snapshot_json(snap, gateway.status))
@@ -157,7 +158,7 @@ def test_a_long_recording_replayed_at_full_speed_keeps_memory_flat() -> None:
     previous = next(samples)
     for n, current in enumerate(samples, start=1):
         snap = make_snapshot(previous, current, header.topology)
-        tracker = tracker.update(evaluate(snap, Context(header.topology)))
+        tracker = tracker.update(evaluate(snap, RuleInputs(header.topology)))
         previous = current
         if n == 100:
             blocks_at_100 = sys.getallocatedblocks()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import affmon.nvml
-from affmon.core.samples import GpuSample
+from affmon.core.model.samples import GpuSample
 from affmon.nvml import NvmlGateway
 from tests.fake_pynvml import (
     NVML_ERROR_GPU_IS_LOST,

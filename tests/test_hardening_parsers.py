@@ -29,11 +29,11 @@ from hypothesis import strategies as st
 from affmon.collect.cgroup import Mount, cgroup_cpuset, parse_mounts
 from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.collect.procfs import parse_sched, parse_schedstat, parse_stat, parse_status
-from affmon.core.cpuset import MAX_CPU_ID, format_cpulist, format_cpumask, parse_cpulist, parse_cpumask
 from affmon.core.errors import ParseError
-from affmon.core.recording import header_line, read_recording, sample_line
-from affmon.core.samples import GpuProcess, GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
-from affmon.core.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
+from affmon.core.model.cpuset import MAX_CPU_ID, format_cpulist, format_cpumask, parse_cpulist, parse_cpumask
+from affmon.core.model.samples import GpuProcess, GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
+from affmon.core.model.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
+from affmon.core.recording.format import header_line, read_recording, sample_line
 from tests.test_topology_hwloc_xml import MINIMAL_V2, document, gpu_under_bridge, machine, obj, pu
 
 FAST = settings(max_examples=200, deadline=None)

@@ -19,7 +19,7 @@ from affmon.actions import Journal, JournalEntry, JournalError, OsAffinity
 from affmon.actions.pin import pin
 from affmon.actions.undo import undo
 from affmon.collect.procfs import PF_NO_SETAFFINITY
-from affmon.core.cpuset import CpuSet
+from affmon.core.model.cpuset import CpuSet
 from tests.live import workload
 from tests.test_pin import BOTH, REPO, A, B, HookedOps, cpus, masks, spawner
 

@@ -32,8 +32,8 @@ import pytest
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.sysfs_topology import read_topology
 from affmon.core.errors import ParseError
-from affmon.core.samples import ProcessSample
-from affmon.core.topology import Topology
+from affmon.core.model.samples import ProcessSample
+from affmon.core.model.topology import Topology
 from tests.live import workload
 from tests.test_topology_sysfs import extract_tree
 

@@ -21,8 +21,8 @@ import pytest
 
 from affmon.collect import hwloc_xml
 from affmon.collect.hwloc_xml import MAX_DEPTH, MAX_XML_BYTES, read_hwloc_xml
-from affmon.core.cpuset import MAX_CPU_ID
 from affmon.core.errors import ParseError, SourceError
+from affmon.core.model.cpuset import MAX_CPU_ID
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "hwloc_xml" / "hwloc-xml__24em64t-2n6c2t-pci.xml"

@@ -24,8 +24,8 @@ from affmon.actions.undo import undo
 from affmon.collect.identity import uptime_ticks
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.advice import propose_pin
-from affmon.core.rates import make_snapshot
+from affmon.core.model.rates import make_snapshot
+from affmon.core.plan.advice import propose_pin
 from affmon.tui.pinner import SystemPinner
 from tests.live import Driven, driven, workload
 from tests.test_pin import BOTH, REPO, A, B, cpus, masks, spawner, stat_start

@@ -23,11 +23,18 @@ from hypothesis import strategies as st
 from affmon.collect.context import CPU_MANAGER_STATE, ContextReader
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.context import MAX_SMALL_INT, MAX_VALUE_CHARS, Context, context_of, cpu_manager_exclusive, from_cgroup
 from affmon.core.errors import ParseError
-from affmon.core.recording_extras import context_from_json
-from affmon.core.topology import Topology
-from affmon.core.visible import job_gpus, select_gpus
+from affmon.core.model.context import (
+    MAX_SMALL_INT,
+    MAX_VALUE_CHARS,
+    Context,
+    context_of,
+    cpu_manager_exclusive,
+    from_cgroup,
+)
+from affmon.core.model.topology import Topology
+from affmon.core.plan.visible import job_gpus, select_gpus
+from affmon.core.recording.extras import context_from_json
 from affmon.export import catalogue as m
 from affmon.sources.stream import ReplaySource
 from tests.dgx_a100 import BUS_IDS, dgx_a100_tree

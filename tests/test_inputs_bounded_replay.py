@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from affmon.core.errors import ParseError
-from affmon.core.recording import (
+from affmon.core.recording.format import (
     MAX_MASK_CPUS_PER_SAMPLE,
     MAX_ROWS_PER_SAMPLE,
     MAX_THREADS_PER_PROCESS,

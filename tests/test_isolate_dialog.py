@@ -18,9 +18,9 @@ from dataclasses import replace
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.sysfs_topology import read_topology
 from affmon.core import fmt
-from affmon.core.advice import occupants, propose_pin, self_pinned_threads
-from affmon.core.planner import Occupant
-from affmon.core.rates import make_snapshot
+from affmon.core.model.rates import make_snapshot
+from affmon.core.plan.advice import occupants, propose_pin, self_pinned_threads
+from affmon.core.plan.planner import Occupant
 from affmon.tui.palette import Palette
 from affmon.tui.screens import proposal_text
 from tests.live import workload

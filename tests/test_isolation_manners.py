@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from affmon.actions import Journal, OsAffinity
 from affmon.actions.pin import PinResult, pin
 from affmon.actions.undo import undo
-from affmon.core.cpuset import CpuSet, format_cpulist
-from affmon.core.isolation import Candidate, Kin, left_alone
+from affmon.core.model.cpuset import CpuSet, format_cpulist
+from affmon.core.plan.isolation import Candidate, Kin, left_alone
 from tests.live import workload
 from tests.test_pin import BOTH, REPO, A, B, cpus, masks, stat_start
 

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.cpuset import parse_cpulist
 from affmon.core.errors import ParseError
-from affmon.core.planner import plan_machine
-from affmon.core.topology import Gpu, Topology
-from affmon.core.visible import GpuRef, job_gpus, select_gpus
+from affmon.core.model.cpuset import parse_cpulist
+from affmon.core.model.topology import Gpu, Topology
+from affmon.core.plan.planner import plan_machine
+from affmon.core.plan.visible import GpuRef, job_gpus, select_gpus
 from affmon.sources.job_gpus import find_job_gpus
 from tests.dgx_a100 import BUS_IDS, JOB_CPUS, dgx_a100_tree
 from tests.fake_pynvml import FakeGpu, FakeNvml, NVMLError

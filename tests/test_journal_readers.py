@@ -22,7 +22,7 @@ from affmon.actions.journal import Journal, JournalEntry, ThreadRecord, default_
 from affmon.actions.journal_records import read_head
 from affmon.actions.undo import UndoResult
 from affmon.commands import pinning
-from affmon.core import advice
+from affmon.core.plan import advice
 
 
 def start_ticks(pid: int) -> int:

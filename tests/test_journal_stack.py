@@ -30,7 +30,7 @@ from affmon.actions.journal_records import decode, encode, is_sealed, read_head,
 from affmon.actions.pin import pin
 from affmon.actions.undo import undo
 from affmon.collect.identity import uptime_ticks
-from affmon.core.cpuset import CpuSet
+from affmon.core.model.cpuset import CpuSet
 from tests.live import workload
 from tests.test_pin import BOTH, REPO, A, B, cpus, masks, spawner, stat_start
 

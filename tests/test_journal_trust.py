@@ -25,7 +25,7 @@ from affmon.actions.journal import KEEP_FINISHED, EntryHead, PinnedMasks, new_en
 from affmon.actions.pin import pin
 from affmon.actions.undo import undo
 from affmon.collect.procfs import ProcFs
-from affmon.core.cpuset import CpuSet
+from affmon.core.model.cpuset import CpuSet
 from tests.live import usable_cpus, workload
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from affmon.collect.loop import LoopSampler, parse_cpu_times, parse_epoll_targets
 from affmon.core.errors import ParseError
-from affmon.core.loop import DATA_WAIT, GPU_WAIT, OTHER, RUNNING, UNKNOWN, breakdown
+from affmon.core.model.loop import DATA_WAIT, GPU_WAIT, OTHER, RUNNING, UNKNOWN, breakdown
 
 STAT = "100 (python) S 1 100 100 0 -1 4194304 0 0 0 0 5 5 0 0 20 0 3 0 1000 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 2\n"
 IDLE = "0 0x0 0x0 0x0 0x0 0x0 0x0 0x7ffd 0x7f00\n"

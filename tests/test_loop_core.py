@@ -11,8 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from affmon.core.errors import ParseError
-from affmon.core.findings import Severity
-from affmon.core.loop import (
+from affmon.core.model.loop import (
     BLOCKED_SHARES,
     CPU_WAIT,
     DATA_WAIT,
@@ -36,7 +35,8 @@ from affmon.core.loop import (
     fd_kind,
     parse_syscall,
 )
-from affmon.core.loop_findings import DEFAULT_LOOP_THRESHOLDS, evaluate_loop, input_advice, verdict
+from affmon.core.rules.base import Severity
+from affmon.core.rules.loop import DEFAULT_LOOP_THRESHOLDS, evaluate_loop, input_advice, verdict
 
 # -- the syscall file -------------------------------------------------------------------
 

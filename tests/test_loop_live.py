@@ -18,7 +18,7 @@ import pytest
 
 from affmon.collect.loop import LoopSampler, LoopWatcher
 from affmon.collect.pyframes import EXITED
-from affmon.core.loop import CPU_WAIT, DATA_WAIT, GPU_WAIT, ON_CPU, OTHER, LoopBreakdown, breakdown
+from affmon.core.model.loop import CPU_WAIT, DATA_WAIT, GPU_WAIT, ON_CPU, OTHER, LoopBreakdown, breakdown
 from tests.live import spawned
 
 WORKLOAD = Path(__file__).parent / "loop_workload.py"
@@ -111,7 +111,7 @@ def test_hogs_on_the_loops_cpu_show_as_cpu_wait_as_schedstat_says() -> None:
 PROBE_AS_NOBODY = """
 import json, os, sys, time
 from affmon.collect.loop import LoopSampler
-from affmon.core.loop import breakdown
+from affmon.core.model.loop import breakdown
 os.setgroups([]); os.setgid(65534); os.setuid(65534)  # after the imports: the stdlib may be root's only
 s = LoopSampler(int(sys.argv[1]))
 found = [s.probe() for _ in range(20)]

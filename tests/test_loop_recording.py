@@ -9,11 +9,11 @@ import json
 import pytest
 from hypothesis import given
 
-from affmon.core import tick
 from affmon.core.errors import ParseError
-from affmon.core.loop import LoopWindow
-from affmon.core.recording import parse_sample_line, sample_line
-from affmon.core.recording_loop import window_from_json, window_to_json
+from affmon.core.model.loop import LoopWindow
+from affmon.core.recording.format import parse_sample_line, sample_line
+from affmon.core.recording.loop import window_from_json, window_to_json
+from affmon.core.rules import tick
 from tests.recordings import load
 from tests.test_loop_report import RANK, input_window, samples, windows_st
 

@@ -15,9 +15,7 @@ from hypothesis import strategies as st
 
 from affmon.commands.diagnose import diagnose_run, findings_text, loops_text
 from affmon.commands.report import snapshot_json, snapshot_text
-from affmon.core import tick
-from affmon.core.findings import DEFAULT_THRESHOLDS, Severity
-from affmon.core.loop import (
+from affmon.core.model.loop import (
     DATA_WAIT,
     GPU_WAIT,
     OTHER,
@@ -28,8 +26,10 @@ from affmon.core.loop import (
     WorkerStats,
     merge_windows,
 )
-from affmon.core.loop_report import combined_reports, loop_targets
-from affmon.core.samples import Sample
+from affmon.core.model.samples import Sample
+from affmon.core.rules import tick
+from affmon.core.rules.base import DEFAULT_THRESHOLDS, Severity
+from affmon.core.rules.loop_report import combined_reports, loop_targets
 from tests.recordings import load
 
 RANK = 415  # on GPU 0 in the "clean" recording; 475-478 are its workers

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from affmon.core import tick
-from affmon.core.loop import CPU_WAIT, DATA_WAIT, SHARES
-from affmon.core.recording import read_recording
+from affmon.core.model.loop import CPU_WAIT, DATA_WAIT, SHARES
+from affmon.core.recording.format import read_recording
+from affmon.core.rules import tick
 from affmon.sources.stream import LiveSource
 from tests.live import workload
 from tests.test_loop_live import loop

@@ -10,12 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from affmon.collect.numa_maps import parse_numa_maps
-from affmon.core.cpuset import CpuSet
-from affmon.core.findings import Job, Severity
-from affmon.core.memory import MemoryThresholds, NodeMemory, home_node, rule_remote_memory
-from affmon.core.rates import ProcessRates, ThreadRates
-from affmon.core.samples import ProcessSample, ThreadSample
-from affmon.core.topology import NumaNode, Topology
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.model.jobs import Job
+from affmon.core.model.rates import ProcessRates, ThreadRates
+from affmon.core.model.samples import NodeMemory, ProcessSample, ThreadSample
+from affmon.core.model.topology import NumaNode, Topology
+from affmon.core.rules.base import Severity
+from affmon.core.rules.memory import MemoryThresholds, home_node, rule_remote_memory
 
 FIXTURES = Path(__file__).parent / "fixtures" / "proc"
 GIB = 1 << 30

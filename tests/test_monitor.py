@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from affmon.core.advice import propose_pin
-from affmon.core.findings import Severity
-from affmon.core.samples import PcieLink, Sample
+from affmon.core.model.samples import PcieLink, Sample
+from affmon.core.plan.advice import propose_pin
+from affmon.core.rules.base import Severity
 from affmon.tui.model.monitor import Monitor
 from affmon.tui.model.views import shown_cpu, thread_rows
 from tests.recordings import last_view, load, monitor, views
@@ -195,7 +195,7 @@ def test_thread_rows_say_which_threads_the_rules_judge():
 
 
 def test_wait_colour_only_for_busy_threads():
-    from affmon.core.findings import Severity
+    from affmon.core.rules.base import Severity
     from affmon.tui.palette import Palette
     from affmon.tui.widgets.processes import wait_style
 

@@ -13,13 +13,15 @@ import pytest
 
 from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.advice import suggest_for_job
-from affmon.core.cpuset import parse_cpulist
-from affmon.core.findings import Context, FindingTracker, Severity, evaluate, find_jobs
-from affmon.core.planner import plan_machine
-from affmon.core.rates import Snapshot, make_snapshot
-from affmon.core.recording import read_recording
-from affmon.core.topology import Topology
+from affmon.core.model.cpuset import parse_cpulist
+from affmon.core.model.jobs import find_jobs
+from affmon.core.model.rates import Snapshot, make_snapshot
+from affmon.core.model.topology import Topology
+from affmon.core.plan.advice import suggest_for_job
+from affmon.core.plan.planner import plan_machine
+from affmon.core.recording.format import read_recording
+from affmon.core.rules.base import RuleInputs, Severity
+from affmon.core.rules.evaluate import FindingTracker, evaluate
 
 from .test_topology_sysfs import (
     FIXTURES,
@@ -81,7 +83,7 @@ def _load(name: str) -> tuple[Topology, list[Snapshot]]:
 def _active(topology: Topology, snaps: list[Snapshot]):
     tracker = FindingTracker()
     for snap in snaps:
-        tracker = tracker.update(evaluate(snap, Context(topology)))
+        tracker = tracker.update(evaluate(snap, RuleInputs(topology)))
     return tracker.active
 
 

@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 
-from affmon.core.cpuset import parse_cpulist
-from affmon.core.recording import topology_from_json
+from affmon.core.model.cpuset import parse_cpulist
+from affmon.core.recording.format import topology_from_json
 from bench.numa import vm
 from bench.numa.lab_host import LabError, missing_packages
 from tests.test_topology_sysfs import HwlocView, compare_cpu_side, parse_hwloc_xml

@@ -24,7 +24,7 @@ from affmon.collect.numa_maps import (
     reread_period_s,
 )
 from affmon.core.errors import ParseError
-from affmon.core.memory import NodeMemory
+from affmon.core.model.samples import NodeMemory
 
 FIXTURES = Path(__file__).parent / "fixtures" / "proc"
 KIB = 1024

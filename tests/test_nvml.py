@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from affmon.core.rates import make_snapshot
-from affmon.core.samples import Sample
-from affmon.core.topology import Gpu, NumaNode, Topology
+from affmon.core.model.rates import make_snapshot
+from affmon.core.model.samples import Sample
+from affmon.core.model.topology import Gpu, NumaNode, Topology
 from affmon.nvml import NvmlGateway
 from tests.fake_pynvml import (
     NVML_ERROR_DRIVER_NOT_LOADED,

@@ -8,8 +8,9 @@ both busy on CPU 0."""
 from __future__ import annotations
 
 from affmon.commands.diagnose import findings_text
-from affmon.core.advice import propose_pin
-from affmon.core.findings import Context, evaluate
+from affmon.core.plan.advice import propose_pin
+from affmon.core.rules.base import RuleInputs
+from affmon.core.rules.evaluate import evaluate
 from affmon.sources.stream import SourceInfo
 from affmon.tui.model.monitor import Monitor
 from affmon.tui.palette import Palette
@@ -45,7 +46,7 @@ def test_the_legend_the_count_and_the_dialog_call_the_script_a_process():
     assert "job 100" in legend and "process 200" in legend and "job 200" not in legend
     # diagnose counts the same way
     snap = view.snapshot
-    first = findings_text(evaluate(snap, Context(topology)), snap, 3).splitlines()[0]
+    first = findings_text(evaluate(snap, RuleInputs(topology)), snap, 3).splitlines()[0]
     assert first.startswith("watched 1 training job (1 process), and 1 other watched process"), first
     # the r dialog on the script says what it is
     pr = propose_pin(snap, 200)

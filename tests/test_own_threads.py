@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 
 from affmon.commands.diagnose import diagnose, findings_text
-from affmon.core.advice import NOTHING_TO_PLACE, attach_suggestions, job_of, propose_pin, suggest_for_job
-from affmon.core.cpuset import format_cpulist
-from affmon.core.findings import Context, evaluate
-from affmon.core.loop import DATA_WAIT, LoopWindow, TaskWait, WorkerStats, breakdown, describe
-from affmon.core.loop_findings import evaluate_loop, suggested_workers, verdict
-from affmon.core.own_threads import thread_budget
-from affmon.core.recording_loop import window_from_json, window_to_json
-from affmon.core.tick import reconciled
+from affmon.core.model.cpuset import format_cpulist
+from affmon.core.model.loop import DATA_WAIT, LoopWindow, TaskWait, WorkerStats, breakdown, describe
+from affmon.core.plan.advice import NOTHING_TO_PLACE, attach_suggestions, job_of, propose_pin, suggest_for_job
+from affmon.core.recording.loop import window_from_json, window_to_json
+from affmon.core.rules.base import RuleInputs
+from affmon.core.rules.evaluate import evaluate, reconciled
+from affmon.core.rules.loop import evaluate_loop, suggested_workers, verdict
+from affmon.core.rules.threads import thread_budget
 from tests.test_sizing import Spec, machine, recording, samples_of, snaps
 
 ALL2 = frozenset({0, 1})
@@ -25,7 +25,7 @@ CPU0 = frozenset({0})
 def codes_of(specs: list[Spec], n: int = 2) -> dict[str, object]:
     topology = machine(n)
     window = snaps(topology, specs)
-    return {f.code: f for f in evaluate(window[-1], Context(topology))}
+    return {f.code: f for f in evaluate(window[-1], RuleInputs(topology))}
 
 
 # -- OVERSUBSCRIBED -------------------------------------------------------------------
@@ -149,7 +149,7 @@ def test_the_suggestion_for_confined_threads_is_the_job_cpus_and_the_pin_says_wh
     assert "100 (main loop, on 0)" in s.reasons[0]
     proposal = propose_pin(window[-1], 100, window=window)
     assert proposal is not None and proposal.no_change is None
-    found = attach_suggestions(evaluate(window[-1], Context(topology)), window[-1], window=window)
+    found = attach_suggestions(evaluate(window[-1], RuleInputs(topology)), window[-1], window=window)
     confined = next(f for f in found if f.code == "CONFINED_THREAD")
     assert confined.suggestion is not None and confined.suggestion["cpus"] == format_cpulist(ALL2)
     assert confined.suggestion["no_change"] is None
@@ -170,7 +170,7 @@ def test_the_h200_recordings_raise_neither(name):
     thread narrower than its job: neither finding is raised there."""
     topology, window = recording(name)
     for snap in window:
-        assert not {f.code for f in evaluate(snap, Context(topology))} & {"OVERSUBSCRIBED", "CONFINED_THREAD"}
+        assert not {f.code for f in evaluate(snap, RuleInputs(topology))} & {"OVERSUBSCRIBED", "CONFINED_THREAD"}
 
 
 # -- the loop: its own loading, a stalled pipeline ----------------------------------------
@@ -272,7 +272,7 @@ def test_input_bound_under_its_own_threads_says_so_instead_of_asking_for_workers
     specs: list[Spec] = [(100, 1, "python3", True, True, False, busy_threads(8, ALL2, 250, 750))]
     topology = machine(2)
     window = snaps(topology, specs)
-    found = evaluate(window[-1], Context(topology))
+    found = evaluate(window[-1], RuleInputs(topology))
     w = loop_window(
         probes={DATA_WAIT: 20}, run_ns=50_000_000, workers=WorkerStats(2, 1_500_000_000, 900_000_000, 2, 0.0)
     )

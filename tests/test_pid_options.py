@@ -15,7 +15,7 @@ import pytest
 
 from affmon.cli import build_parser
 from affmon.collect.sampler import Sampler, Selection
-from affmon.core.samples import GpuProcess, GpuSample, PcieLink
+from affmon.core.model.samples import GpuProcess, GpuSample, PcieLink
 from affmon.sources.live import probed_pids
 from tests.live import driven
 

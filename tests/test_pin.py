@@ -23,7 +23,7 @@ from affmon.actions import DryRunAffinity, Journal, OsAffinity, expected_masks
 from affmon.actions.pin import pin
 from affmon.actions.undo import undo
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs
-from affmon.core.cpuset import CpuSet, parse_cpulist
+from affmon.core.model.cpuset import CpuSet, parse_cpulist
 from tests.live import Driven, driven, usable_cpus, workload
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from affmon.core.cpuset import parse_cpulist
+from affmon.core.model.cpuset import parse_cpulist
 from tests.live import usable_cpus, workload
 
 HWLOC_XML = Path(__file__).parent / "fixtures" / "hwloc_xml"

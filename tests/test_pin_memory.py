@@ -34,9 +34,9 @@ from affmon.actions.pin import pin
 from affmon.actions.undo import undo
 from affmon.collect.numa_maps import parse_numa_maps
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.cpuset import CpuSet
-from affmon.core.memory import NodeMemory
-from affmon.core.topology import NumaNode, Topology
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.model.samples import NodeMemory
+from affmon.core.model.topology import NumaNode, Topology
 from tests.live import usable_cpus, workload
 from tests.test_topology_sysfs import extract_tree
 

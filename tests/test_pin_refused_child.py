@@ -81,7 +81,7 @@ def refused_child(state: Path) -> dict[str, Any]:
     from affmon.actions import Journal, OsAffinity
     from affmon.actions.pin import pin
     from affmon.actions.undo import undo
-    from affmon.core.cpuset import CpuSet
+    from affmon.core.model.cpuset import CpuSet
 
     both = sorted(os.sched_getaffinity(0))
     a = both[0]

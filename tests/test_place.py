@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from affmon.commands.plan import exec_plan
-from affmon.core.cpuset import parse_cpulist
+from affmon.core.model.cpuset import parse_cpulist
 from affmon.place import Placement, PlacementWarning, placement
 from affmon.place.planning import CannotPlan, LocalRank, local_rank_from, plan_rank
 from affmon.place.remembered import Remembered, decode, encode

@@ -29,7 +29,7 @@ from typing import Any
 
 def thread_masks() -> dict[str, list[int]]:
     """Every thread of this process and its mask, as ``/proc/self/task/TID/status`` says."""
-    from affmon.core.cpuset import parse_cpulist
+    from affmon.core.model.cpuset import parse_cpulist
 
     found = {}
     for tid in os.listdir("/proc/self/task"):

@@ -14,13 +14,13 @@ from pathlib import Path
 
 from affmon.collect.numa_maps import memory_node
 from affmon.collect.sampler import Sampler, Selection
-from affmon.core.context import Context
-from affmon.core.findings import Context as RuleContext
-from affmon.core.findings import evaluate
-from affmon.core.rates import make_snapshot
-from affmon.core.recording import process_from_json, process_to_json
-from affmon.core.samples import NodeMemory, ProcessSample, Sample, ThreadSample
-from affmon.core.topology import NumaNode, Topology
+from affmon.core.model.context import Context
+from affmon.core.model.rates import make_snapshot
+from affmon.core.model.samples import NodeMemory, ProcessSample, Sample, ThreadSample
+from affmon.core.model.topology import NumaNode, Topology
+from affmon.core.recording.format import process_from_json, process_to_json
+from affmon.core.rules.base import RuleInputs as RuleContext
+from affmon.core.rules.evaluate import evaluate
 from tests.live import driven
 
 QUIET = Path(__file__).parent / "quiet_other.py"

@@ -21,18 +21,10 @@ from hypothesis import strategies as st
 
 from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.cpuset import CpuSet, parse_cpulist
-from affmon.core.l3_shares import rank_shares
-from affmon.core.planner import (
-    DEMAND_HEADROOM,
-    MachinePlan,
-    Occupant,
-    RankPlan,
-    Suggestion,
-    plan_machine,
-    suggest,
-)
-from affmon.core.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
+from affmon.core.model.cpuset import CpuSet, parse_cpulist
+from affmon.core.model.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
+from affmon.core.plan.l3_shares import rank_shares
+from affmon.core.plan.planner import DEMAND_HEADROOM, MachinePlan, Occupant, RankPlan, Suggestion, plan_machine, suggest
 from tests.test_topology_sysfs import TREES, extract_tree
 
 XML_DIR = Path(__file__).parent / "fixtures" / "hwloc_xml"

@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from affmon.core.rates import make_snapshot, thread_rates
-from affmon.core.samples import ProcessSample, Sample, ThreadSample
-from affmon.core.topology import NumaNode, Topology
+from affmon.core.model.rates import make_snapshot, thread_rates
+from affmon.core.model.samples import ProcessSample, Sample, ThreadSample
+from affmon.core.model.topology import NumaNode, Topology
 
 TOPO = Topology.build(
     source="sysfs",

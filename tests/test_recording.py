@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from affmon.core.errors import ParseError
-from affmon.core.recording import header_line, read_recording, sample_line
+from affmon.core.recording.format import header_line, read_recording, sample_line
 
 RECORDING = Path(__file__).parent / "fixtures" / "recordings" / "hogs.jsonl.gz"
 

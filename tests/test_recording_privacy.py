@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from affmon.commands.tui import demo_recording
-from affmon.core.recording import private_sample, read_recording
+from affmon.core.recording.format import private_sample, read_recording
 from affmon.sources.stream import ReplaySource
 
 SHIPPED = [Path(demo_recording()), *sorted((Path(__file__).parent / "fixtures" / "recordings").glob("*.jsonl.gz"))]

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from affmon.collect.loop import LoopSampler, LoopWatcher
-from affmon.core.cpuset import parse_cpulist
-from affmon.core.findings import DEFAULT_THRESHOLDS
-from affmon.core.loop import CPU_WAIT, GPU_WAIT, OTHER, LoopBreakdown, breakdown
-from affmon.core.loop_findings import evaluate_loop, verdict
+from affmon.core.model.cpuset import parse_cpulist
+from affmon.core.model.loop import CPU_WAIT, GPU_WAIT, OTHER, LoopBreakdown, breakdown
+from affmon.core.rules.base import DEFAULT_THRESHOLDS
+from affmon.core.rules.loop import evaluate_loop, verdict
 from tests.live import spawned
 
 HERE = Path(__file__).parent

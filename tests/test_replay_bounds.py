@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from affmon.core.errors import ParseError
-from affmon.core.lines import split_lines
+from affmon.core.recording.lines import split_lines
 from affmon.sources.stream import ReplaySource
 from tests.test_recording_privacy import affmon, one_line_error
 

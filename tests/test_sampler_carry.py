@@ -18,7 +18,7 @@ from affmon.collect import sampler as sampler_module
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.selection import is_affmon, maps_runtime, scan_maps
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.rates import make_snapshot
+from affmon.core.model.rates import make_snapshot
 from tests.live import driven
 
 TOPOLOGY = read_topology("/")
@@ -271,7 +271,7 @@ def test_a_real_torch_process_maps_shows_a_runtime(tmp_path):
 def test_the_unknown_rates_of_threads_still_carried_are_reused_from_the_snapshot_before():
     from dataclasses import replace
 
-    from affmon.core.samples import ProcessSample, Sample, ThreadSample
+    from affmon.core.model.samples import ProcessSample, Sample, ThreadSample
 
     threads = tuple(ThreadSample(t, 1, "w", "S", 0, 0, 10, 0, 1, 0, 0, 0, frozenset({0})) for t in range(10, 20))
     base = ProcessSample(10, 1, 1, "waker", 0, "root", "waker", None, None, threads, watched=False, cpu_ns=0)
@@ -292,7 +292,7 @@ def test_the_unknown_rates_of_threads_still_carried_are_reused_from_the_snapshot
 def test_a_process_handed_out_again_unmoved_keeps_its_rates_object_and_one_that_moved_gets_new_ones():
     from dataclasses import replace
 
-    from affmon.core.samples import ProcessSample, Sample, ThreadSample
+    from affmon.core.model.samples import ProcessSample, Sample, ThreadSample
 
     threads = (ThreadSample(10, 1, "w", "S", 0, 0, 10, 0, 1, 0, 0, 0, frozenset({0})),)
     moving = ProcessSample(10, 1, 1, "waker", 0, "root", "waker", None, None, threads, cpu_ns=0, threads_read=False)

@@ -11,7 +11,7 @@ import pytest
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.selection import is_training_candidate
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.rates import make_snapshot
+from affmon.core.model.rates import make_snapshot
 from tests.live import usable_cpus, workload
 
 TOPOLOGY = read_topology("/")

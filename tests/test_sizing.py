@@ -13,13 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from affmon.commands.diagnose import diagnose, findings_text
-from affmon.core.advice import candidate_placements, job_of, occupants, propose_pin, suggest_for_job
-from affmon.core.findings import Context, evaluate, find_jobs
-from affmon.core.need import for_need, job_need
-from affmon.core.rates import Snapshot, make_snapshot
-from affmon.core.recording import read_recording
-from affmon.core.samples import GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
-from affmon.core.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
+from affmon.core.model.jobs import find_jobs
+from affmon.core.model.rates import Snapshot, make_snapshot
+from affmon.core.model.samples import GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
+from affmon.core.model.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
+from affmon.core.plan.advice import candidate_placements, job_of, occupants, propose_pin, suggest_for_job
+from affmon.core.plan.need import for_need, job_need
+from affmon.core.recording.format import read_recording
+from affmon.core.rules.base import RuleInputs
+from affmon.core.rules.evaluate import evaluate
 
 RECORDINGS = Path(__file__).parent / "fixtures" / "recordings"
 MS = 1_000_000  # ns
@@ -287,7 +289,7 @@ def test_spinners_sharing_a_saturated_cpu_are_contenders():
     # Six spinners share CPU 0 with the job's thread: 120 ms each, under the 20% floor.
     topology = machine(4, gpu=True)
     window = snaps(topology, job_on_cpu0_among_spinners(280, 700, 6, 120))
-    found = {f.code: f for f in evaluate(window[-1], Context(topology))}
+    found = {f.code: f for f in evaluate(window[-1], RuleInputs(topology))}
     assert "CONTENDED" in found
     named = {o["pid"] for o in found["CONTENDED"].evidence["others"]}
     assert named == set(range(200, 206))
@@ -303,7 +305,7 @@ def test_a_neighbour_whose_rate_is_unknown_is_not_a_contender():
     window = snaps(topology, specs)
     unknown = [s for s in window[-1].processes if s.sample.pid == 400]
     assert unknown  # rates from the counters, which moved by zero
-    found = {f.code: f for f in evaluate(window[-1], Context(topology))}
+    found = {f.code: f for f in evaluate(window[-1], RuleInputs(topology))}
     assert 400 not in {o["pid"] for o in found["CONTENDED"].evidence["others"]}
 
 
@@ -311,7 +313,7 @@ def test_one_thread_on_one_cpu_is_contended_not_a_narrow_mask():
     # The thread wanted 1.02 CPUs of its one-CPU mask (counters jitter): the spinners are the cause.
     topology = machine(4, gpu=True)
     window = snaps(topology, job_on_cpu0_among_spinners(300, 720, 6, 120))
-    codes = {f.code for f in evaluate(window[-1], Context(topology))}
+    codes = {f.code for f in evaluate(window[-1], RuleInputs(topology))}
     assert "CONTENDED" in codes and "MASK_TOO_NARROW" not in codes
 
 
@@ -323,7 +325,7 @@ def test_no_narrow_mask_while_busy_threads_do_not_outnumber_its_cpus(n_cpus, jit
     specs: list[Spec] = [(100, 1, "python3", True, True, True, threads)]
     topology = machine(4, gpu=True)
     window = snaps(topology, specs)
-    assert "MASK_TOO_NARROW" not in {f.code for f in evaluate(window[-1], Context(topology))}
+    assert "MASK_TOO_NARROW" not in {f.code for f in evaluate(window[-1], RuleInputs(topology))}
 
 
 # -- a watched process that is not training --------------------------------------------------
@@ -346,7 +348,7 @@ def test_a_monitor_gets_its_cpu_findings_but_is_no_rank():
     jobs = {j.pid: j for j in find_jobs(window[-1])}
     assert set(jobs) == {100, 150}
     assert jobs[100].training and not jobs[150].training
-    found = [f for f in evaluate(window[-1], Context(topology)) if f.pid == 150]
+    found = [f for f in evaluate(window[-1], RuleInputs(topology)) if f.pid == 150]
     assert {f.code for f in found} == {"STARVED", "CONTENDED"}
     assert not any("rank" in f.message or "training" in f.message for f in found)
     findings, last = diagnose(samples_of(specs), topology, {})

@@ -31,13 +31,13 @@ from affmon.actions.threads import ThreadResult
 from affmon.actions.undo import UndoResult
 from affmon.commands.diagnose import diagnose, findings_text
 from affmon.commands.report import snapshot_text, topology_text
-from affmon.core import fmt
-from affmon.core.advice import propose_pin
-from affmon.core.findings import Finding
-from affmon.core.planner import plan_machine
-from affmon.core.rates import Snapshot, make_snapshot
-from affmon.core.samples import Sample
-from affmon.core.topology import Topology
+from affmon.core.model.rates import Snapshot, make_snapshot
+from affmon.core.model.samples import Sample
+from affmon.core.model.topology import Topology
+from affmon.core.plan.advice import propose_pin
+from affmon.core.plan.planner import plan_machine
+from affmon.core.rules.base import Finding
+from affmon.core.text import term_safe, term_safe_output
 from affmon.sources.stream import SourceInfo
 from affmon.tui.model.header_line import header_segments
 from affmon.tui.model.monitor import Monitor
@@ -111,16 +111,16 @@ name_lists = st.lists(names, min_size=1, max_size=5)
 
 @given(st.text(st.one_of(st.sampled_from("".join(HOSTILE)), st.characters(codec=None))))
 def test_term_safe_turns_each_active_code_point_into_a_question_mark_and_keeps_the_rest(text):
-    safe = fmt.term_safe(text)
+    safe = term_safe(text)
     assert len(safe) == len(text)
     for before, after in zip(text, safe, strict=True):
         assert after == ("?" if is_active(before) else before)
-    assert fmt.term_safe(safe) == safe
+    assert term_safe(safe) == safe
 
 
 @given(st.text(st.one_of(st.sampled_from("".join(HOSTILE)), st.characters(codec=None))))
 def test_term_safe_output_keeps_only_newlines_and_tabs(text):
-    safe = fmt.term_safe_output(text)
+    safe = term_safe_output(text)
     assert len(safe) == len(text)
     for before, after in zip(text, safe, strict=True):
         assert after == ("?" if is_active(before) and before not in "\n\t" else before)
@@ -129,16 +129,16 @@ def test_term_safe_output_keeps_only_newlines_and_tabs(text):
 def test_term_safe_and_term_safe_output_judge_every_code_point():
     every = "".join(map(chr, range(0x110000)))
     expected = "".join("?" if is_active(c) else c for c in every)
-    assert fmt.term_safe(every) == expected
+    assert term_safe(every) == expected
     layout = {ord("\n"): "\n", ord("\t"): "\t"}
-    assert fmt.term_safe_output(every) == "".join(layout.get(i, c) for i, c in enumerate(expected))
+    assert term_safe_output(every) == "".join(layout.get(i, c) for i, c in enumerate(expected))
 
 
 def test_term_safe_shows_escapes_as_ps_does():
-    assert fmt.term_safe(TITLE) == "?]0;PWNED?"
-    assert fmt.term_safe("line\nforged\u202e") == "line?forged?"
-    assert fmt.term_safe("pt_data_worker") == "pt_data_worker"
-    assert fmt.term_safe("données ✓ 学习") == "données ✓ 学习"
+    assert term_safe(TITLE) == "?]0;PWNED?"
+    assert term_safe("line\nforged\u202e") == "line?forged?"
+    assert term_safe("pt_data_worker") == "pt_data_worker"
+    assert term_safe("données ✓ 学习") == "données ✓ 学习"
 
 
 # -- recordings with hostile names --------------------------------------------------------

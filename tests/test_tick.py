@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from affmon.commands.diagnose import diagnose
-from affmon.core import tick
+from affmon.core.rules import tick
 from affmon.export.state import ExportState, step
 from tests.recordings import load, monitor
 

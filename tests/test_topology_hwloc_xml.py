@@ -43,7 +43,7 @@ from hypothesis import strategies as st
 
 from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.core.errors import ParseError, SourceError
-from affmon.core.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
+from affmon.core.model.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hwloc_xml"
 V2_FILES = sorted(p.name for p in FIXTURES.glob("hwloc-xml__*.xml")) + sorted(
@@ -53,7 +53,7 @@ V3_FILES = sorted(p.name for p in FIXTURES.glob("*.expected-lstopo.xml"))
 ALL_FILES = V2_FILES + V3_FILES
 TOOLS = ("lstopo-no-graphics", "hwloc-info", "hwloc-calc")
 
-# Independent of affmon.core.topology on purpose: what counts as a GPU.
+# Independent of affmon.core.model.topology on purpose: what counts as a GPU.
 GPU_CLASSES = {0x0300, 0x0302, 0x0380}
 GPU_VENDORS = {0x10DE: "nvidia", 0x1002: "amd"}
 # An onboard server VGA chip with AMD's vendor id (ATI ES1000), like the BMC's Matrox: not a GPU.

@@ -24,8 +24,8 @@ import pytest
 
 from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.cpuset import parse_cpulist
-from affmon.core.topology import Gpu, NumaNode, Topology
+from affmon.core.model.cpuset import parse_cpulist
+from affmon.core.model.topology import Gpu, NumaNode, Topology
 from tests.test_topology_sysfs import (
     FIXTURES,
     TREES,

@@ -25,14 +25,14 @@ import pytest
 from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.collect.sysfs_topology import read_topology
 from affmon.core.errors import ParseError
-from affmon.core.recording import (
+from affmon.core.model.topology import NumaNode, Topology, distance_problem, format_gib
+from affmon.core.recording.format import (
     FORMAT_VERSION,
     header_line,
     read_recording,
     topology_from_json,
     topology_to_json,
 )
-from affmon.core.topology import NumaNode, Topology, distance_problem, format_gib
 from tests.test_topology_sysfs import TREES, extract_tree
 
 XML_FIXTURES = Path(__file__).parent / "fixtures" / "hwloc_xml"

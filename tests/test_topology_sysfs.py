@@ -38,9 +38,9 @@ import pytest
 import affmon.collect.sysfs_topology as sysfs_topology
 from affmon.collect.cgroup import cgroup_mems
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.cpuset import parse_cpulist
 from affmon.core.errors import ParseError, SourceError
-from affmon.core.topology import Topology
+from affmon.core.model.cpuset import parse_cpulist
+from affmon.core.model.topology import Topology
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
 

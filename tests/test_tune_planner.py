@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from affmon.core.findings import DEFAULT_THRESHOLDS
-from affmon.core.planner import MOVE_OFF_MIN_CPU_PERCENT, Occupant, suggest
+from affmon.core.plan.planner import MOVE_OFF_MIN_CPU_PERCENT, Occupant, suggest
+from affmon.core.rules.base import DEFAULT_THRESHOLDS
 from tests.test_planner import G4, IDLE_PEERS, cpus, hog, small_machine, suggest_g4, xml
 
 

@@ -26,9 +26,9 @@ from affmon.collect.identity import resolve_pid
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.cpuset import CpuSet
-from affmon.core.placements import Placement
-from affmon.core.topology import CacheGroup, Core, NumaNode, Package, Topology
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.model.topology import CacheGroup, Core, NumaNode, Package, Topology
+from affmon.core.plan.placements import Placement
 from affmon.nvml import NvmlGateway
 from tests.fake_pynvml import FakeGpu, FakeNvml
 from tests.live import Driven, driven, usable_cpus

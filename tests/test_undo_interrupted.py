@@ -256,7 +256,7 @@ def born_during_undo(state: Path) -> dict[str, Any]:
     from affmon.actions import Journal, OsAffinity
     from affmon.actions.pin import pin
     from affmon.actions.undo import undo
-    from affmon.core.cpuset import CpuSet
+    from affmon.core.model.cpuset import CpuSet
     from tests.live import driven
 
     a = sorted(os.sched_getaffinity(0))[0]
@@ -290,7 +290,7 @@ def refused_pin(state: Path) -> dict[str, Any]:
 
     from affmon.actions import Journal, OsAffinity
     from affmon.actions.pin import pin
-    from affmon.core.cpuset import CpuSet
+    from affmon.core.model.cpuset import CpuSet
 
     a = sorted(os.sched_getaffinity(0))[0]
     journal = Journal(state / "journal.jsonl")

@@ -50,7 +50,7 @@ def inside() -> dict[str, Any]:
     from affmon.actions.journal import Journal
     from affmon.actions.pin import pin
     from affmon.actions.threads import OsAffinity
-    from affmon.core.cpuset import CpuSet
+    from affmon.core.model.cpuset import CpuSet
 
     cpus = sorted(os.sched_getaffinity(0))
     job = subprocess.Popen([sys.executable, "-c", VICTIM], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

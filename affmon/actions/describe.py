@@ -11,10 +11,10 @@ from affmon.actions.pin import PinResult
 from affmon.actions.threads import ThreadResult, stat_or_none
 from affmon.actions.undo import UndoResult
 from affmon.collect.procfs import ProcFs
-from affmon.core.cpuset import format_cpulist
-from affmon.core.domains import plural
 from affmon.core.errors import AffmonError
-from affmon.core.fmt import term_safe
+from affmon.core.model.cpuset import format_cpulist
+from affmon.core.model.domains import plural
+from affmon.core.text import term_safe
 
 
 def thread_line(t: ThreadResult) -> str:

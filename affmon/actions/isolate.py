@@ -1,6 +1,6 @@
 """What ``pin --isolate`` moves: the threads of other processes on the pinned CPUs, each to
 its mask without those CPUs (or, when nothing would be left, to what its cgroup allows
-without them), with manners (``affmon.core.isolation``): by default only the user's own
+without them), with manners (``affmon.core.plan.isolation``): by default only the user's own
 processes, never PID 1, a kernel thread, or a process pinned on purpose; within a process
 it moves, never a thread whose mask differs from its main thread's (it pinned itself). The
 pin applies the plan and journals it; this module only reads. ``isolation_masks`` tells
@@ -23,9 +23,9 @@ from affmon.actions.threads import AffinityOps, OsAffinity, ThreadResult, stat_o
 from affmon.collect.cgroup import Mount, cgroup_cpuset, read_mounts
 from affmon.collect.fs import read_file, read_line
 from affmon.collect.procfs import PF_KTHREAD, ProcFs, StatFields
-from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
 from affmon.core.errors import AffmonError
-from affmon.core.isolation import Candidate, Kin, left_alone
+from affmon.core.model.cpuset import CpuSet, format_cpulist, parse_cpulist
+from affmon.core.plan.isolation import Candidate, Kin, left_alone
 
 
 class IsolationPlan:

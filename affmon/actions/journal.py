@@ -82,9 +82,9 @@ from affmon.actions.journal_records import (
     stacked,
 )
 from affmon.actions.journal_trust import check_owned, open_private_dir, reason
-from affmon.core.cpuset import CpuSet
 from affmon.core.errors import AffmonError
-from affmon.core.rule_base import CutShort, ExpectedPins
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.rules.base import CutShort, ExpectedPins
 
 __all__ = [
     "FINISHED",

@@ -32,8 +32,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
-from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
 from affmon.core.errors import AffmonError, ParseError
+from affmon.core.model.cpuset import CpuSet, format_cpulist, parse_cpulist
 
 MemoryState = Literal["pending", "moved", "failed"]
 EntryState = Literal["pending", "applied", "rolled-back", "undone", "expired"]

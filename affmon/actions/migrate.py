@@ -39,10 +39,10 @@ from affmon.actions.journal_records import JournalEntry, MemoryRecord, NodeBytes
 from affmon.actions.threads import stat_or_none
 from affmon.collect.numa_maps import read_numa_maps
 from affmon.collect.procfs import ProcFs
-from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.errors import AffmonError
-from affmon.core.memory import NodeMemory
-from affmon.core.topology import Topology
+from affmon.core.model.cpuset import CpuSet, format_cpulist
+from affmon.core.model.samples import NodeMemory
+from affmon.core.model.topology import Topology
 
 ONE_NODE = "one NUMA node: nothing to move"
 # migrate_pages(2)'s number: x86-64 (arch/x86/entry/syscalls/syscall_64.tbl) and the

@@ -11,7 +11,7 @@ failure. Every mask is read back, because the kernel silently intersects it with
 task's cpuset.
 
 ``isolate`` also moves other busy processes' threads off the pinned CPUs (tuna's
-``isolate``), with manners (``affmon.core.isolation``): by default only the user's own
+``isolate``), with manners (``affmon.core.plan.isolation``): by default only the user's own
 processes, never PID 1 or a process pinned on purpose; a refusal there is reported, never
 a failure of the pin.
 
@@ -65,9 +65,9 @@ from affmon.collect.cgroup import cgroup_cpuset
 from affmon.collect.identity import tgid_of, uptime_ticks
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs, StatFields
 from affmon.collect.sampler import descendants
-from affmon.core.cpuset import MAX_CPU_ID, CpuSet, format_cpulist
 from affmon.core.errors import AffmonError
-from affmon.core.fmt import term_safe
+from affmon.core.model.cpuset import MAX_CPU_ID, CpuSet, format_cpulist
+from affmon.core.text import term_safe
 
 __all__ = ["AffinityOps", "DryRunAffinity", "MoveMemory", "OsAffinity", "PinResult", "ThreadResult", "pin"]
 

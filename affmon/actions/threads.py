@@ -12,8 +12,8 @@ from typing import Literal, Protocol
 from affmon.actions.journal_trust import user_name
 from affmon.collect.fs import read_text
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs, StatFields
-from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.errors import AffmonError
+from affmon.core.model.cpuset import CpuSet, format_cpulist
 
 # hwloc gives up after 10 passes over /proc/PID/task (hwloc_linux_foreach_proc_tid).
 MAX_ROUNDS = 10

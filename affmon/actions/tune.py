@@ -7,7 +7,7 @@ it settle, measures a window, and puts everything back (``undo``) before the nex
 best two are measured again when they are within the spread; the best is then pinned once
 more and left in force: an ordinary journal entry, so one ``affmon undo PID`` restores the
 masks from before tune started, of the job and of every process it moved. Scores and the
-choice: ``affmon.core.tuning``.
+choice: ``affmon.core.plan.tuning``.
 
 A candidate that breaks a rule of the planner (a CPU outside the job's allowed CPUs, a
 physical core split) is listed as refused and never pinned. A split placement (main loop
@@ -43,16 +43,16 @@ from affmon.actions.pin import PinResult, pin
 from affmon.actions.threads import AffinityOps
 from affmon.actions.undo import undo
 from affmon.collect.sampler import Sampler
-from affmon.core.advice import INIT_IS_NO_JOB, candidate_placements, job_of, movable_occupants
-from affmon.core.cpuset import CpuSet
-from affmon.core.domains import allowed_pool, fmt_cpus
 from affmon.core.errors import AffmonError, SourceError
-from affmon.core.findings import Job
-from affmon.core.placements import Placement
-from affmon.core.rates import Snapshot, make_snapshot
-from affmon.core.samples import Sample
-from affmon.core.topology import Topology
-from affmon.core.tuning import (
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.model.domains import allowed_pool, fmt_cpus
+from affmon.core.model.jobs import Job
+from affmon.core.model.rates import Snapshot, make_snapshot
+from affmon.core.model.samples import Sample
+from affmon.core.model.topology import Topology
+from affmon.core.plan.advice import INIT_IS_NO_JOB, candidate_placements, job_of, movable_occupants
+from affmon.core.plan.placements import Placement
+from affmon.core.plan.tuning import (
     SCORE_UNITS,
     Choice,
     Measure,

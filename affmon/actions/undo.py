@@ -35,7 +35,7 @@ from affmon.actions.threads import (
 from affmon.collect.cgroup import cgroup_cpuset
 from affmon.collect.procfs import PF_NO_SETAFFINITY, ProcFs
 from affmon.collect.sampler import descendants
-from affmon.core.cpuset import CpuSet, format_cpulist, in_cpuset
+from affmon.core.model.cpuset import CpuSet, format_cpulist, in_cpuset
 
 TaskKey = tuple[int, "int | None"]  # (TID, start ticks) as journaled
 

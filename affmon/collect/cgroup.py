@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from affmon.collect.fs import clipped, list_dir, quoted, read_line, read_text, shown_path
-from affmon.core.cpuset import CpuSet, parse_cpulist
 from affmon.core.errors import ParseError
+from affmon.core.model.cpuset import CpuSet, parse_cpulist
 
 
 @dataclass(frozen=True, slots=True)

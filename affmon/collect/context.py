@@ -1,4 +1,4 @@
-"""Read what placed a process (``affmon.core.context``): its environment where permitted,
+"""Read what placed a process (``affmon.core.model.context``): its environment where permitted,
 its cgroup path, the torchrun above it, and the kubelet's CPU manager state.
 
 ``/proc/PID/environ`` is readable by the process's own user and by root (ptrace read
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from affmon.collect.fs import read_text
 from affmon.collect.procfs import ProcFs
-from affmon.core.context import MAX_STATE_CHARS, Context, cgroup_path, context_of, environ_values
+from affmon.core.model.context import MAX_STATE_CHARS, Context, cgroup_path, context_of, environ_values
 
 CPU_MANAGER_STATE = "/var/lib/kubelet/cpu_manager_state"
 STATE_REFRESH_S = 30.0

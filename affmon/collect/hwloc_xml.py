@@ -121,9 +121,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from affmon.core.cpuset import EMPTY, MAX_CPU_ID, CpuSet, parse_cpumask
 from affmon.core.errors import ParseError, SourceError
-from affmon.core.topology import (
+from affmon.core.model.cpuset import EMPTY, MAX_CPU_ID, CpuSet, parse_cpumask
+from affmon.core.model.topology import (
     MAX_DISTANCE_NODES,
     MAX_NODE_MEMORY_BYTES,
     CacheGroup,

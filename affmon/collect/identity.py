@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from affmon.collect.fs import read_line
 from affmon.collect.procfs import PF_KTHREAD, ProcFs
 from affmon.core.errors import AffmonError, SourceError
-from affmon.core.fmt import term_safe
+from affmon.core.text import term_safe
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 

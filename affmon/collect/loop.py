@@ -48,7 +48,7 @@ from affmon.collect.permission import why_not_readable
 from affmon.collect.procfs import ProcFs
 from affmon.collect.pyframes import DATA_LOADING_FILES, PythonStacks, frame_label, in_frames
 from affmon.core.errors import ParseError
-from affmon.core.loop import (
+from affmon.core.model.loop import (
     FD_DATA,
     FD_FIRST,
     FD_SET,

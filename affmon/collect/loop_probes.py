@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from affmon.collect.loop import DEFAULT_RATE_HZ, LoopSampler, LoopWatcher
-from affmon.core.loop_report import MAX_LOOPS, loop_targets
-from affmon.core.samples import Sample
+from affmon.core.model.samples import Sample
+from affmon.core.rules.loop_report import MAX_LOOPS, loop_targets
 
 
 class LoopProbes:

@@ -45,9 +45,9 @@ import os
 from collections.abc import Iterable
 
 from affmon.collect.fs import UNAVAILABLE, is_live, quoted, read_text
-from affmon.core.cpuset import parse_cpulist
 from affmon.core.errors import ParseError
-from affmon.core.samples import NodeMemory
+from affmon.core.model.cpuset import parse_cpulist
+from affmon.core.model.samples import NodeMemory
 
 MAX_NUMA_MAPS_BYTES = 16 << 20
 MIN_REREAD_PERIOD_S = 5.0

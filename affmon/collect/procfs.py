@@ -22,8 +22,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from affmon.collect.fs import UNAVAILABLE, clipped, is_live, list_dir, quoted, read_bytes, read_file
-from affmon.core.cpuset import CpuSet, parse_cpulist
 from affmon.core.errors import ParseError
+from affmon.core.model.cpuset import CpuSet, parse_cpulist
 
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PF_NO_SETAFFINITY = 0x04000000

@@ -96,10 +96,10 @@ from affmon.collect.selection import (
     maps_runtime,
     scan_maps,
 )
-from affmon.core.context import Context
-from affmon.core.cpuset import CpuSet
 from affmon.core.errors import ParseError, SourceError
-from affmon.core.samples import GpuSample, NodeMemory, ProcessSample, Sample, ThreadSample
+from affmon.core.model.context import Context
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.model.samples import GpuSample, NodeMemory, ProcessSample, Sample, ThreadSample
 
 _MOUNTS_REFRESH_S = 30.0
 # A process whose CPU time (utime + stime of all its threads, in clock ticks) did not move

@@ -62,9 +62,9 @@ from dataclasses import dataclass
 
 from affmon.collect.cgroup import cgroup_cpuset
 from affmon.collect.fs import clipped, is_dir, join, list_dir, quoted, read_line, read_text, shown_path
-from affmon.core.cpuset import CpuSet, parse_cpulist, parse_cpumask
 from affmon.core.errors import ParseError, SourceError
-from affmon.core.topology import (
+from affmon.core.model.cpuset import CpuSet, parse_cpulist, parse_cpumask
+from affmon.core.model.topology import (
     GPU_PCI_CLASSES,
     MAX_NODE_MEMORY_BYTES,
     CacheGroup,

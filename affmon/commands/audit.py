@@ -1,7 +1,7 @@
 """``affmon audit``: is every rank of a running multi-rank job on its plan? One sample
 of this machine (or the last sample of a recording), each rank's environment read from
 ``/proc/PID/environ`` where this user may, and one line per rank. Exit status 1 when a
-rank is off plan (``affmon.core.audit``), 0 when none is."""
+rank is off plan (``affmon.core.plan.audit``), 0 when none is."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Selection
-from affmon.core.audit import Audit, RankAudit, audit
-from affmon.core.audit_ranks import RankEnv, parse_environ
-from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.errors import ParseError, SourceError
-from affmon.core.fmt import term_safe
-from affmon.core.recording import Header, parse_sample_line, read_recording
-from affmon.core.samples import Sample
-from affmon.core.topology import Topology
+from affmon.core.model.cpuset import CpuSet, format_cpulist
+from affmon.core.model.samples import Sample
+from affmon.core.model.topology import Topology
+from affmon.core.plan.audit import Audit, RankAudit, audit
+from affmon.core.plan.audit_ranks import RankEnv, parse_environ
+from affmon.core.recording.format import Header, parse_sample_line, read_recording
+from affmon.core.text import term_safe
 from affmon.sources.live import live_sources
 from affmon.sources.stream import read_lines
 

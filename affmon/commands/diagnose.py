@@ -11,16 +11,18 @@ from collections.abc import Mapping
 from affmon.actions.journal import pinned_masks
 from affmon.collect.sampler import Selection
 from affmon.commands.report import loop_text
-from affmon.core import tick
-from affmon.core.advice import attach_suggestions
-from affmon.core.domains import plural
 from affmon.core.errors import SourceError
-from affmon.core.findings import ExpectedMasks, Finding, Severity, exit_status, find_jobs
-from affmon.core.fmt import term_safe
-from affmon.core.loop_report import LoopReport, combined_reports
-from affmon.core.rates import Snapshot
-from affmon.core.samples import Sample
-from affmon.core.topology import Topology
+from affmon.core.model.domains import plural
+from affmon.core.model.jobs import find_jobs
+from affmon.core.model.rates import Snapshot
+from affmon.core.model.samples import Sample
+from affmon.core.model.topology import Topology
+from affmon.core.plan.advice import attach_suggestions
+from affmon.core.rules import tick
+from affmon.core.rules.base import ExpectedMasks, Finding, Severity
+from affmon.core.rules.evaluate import exit_status
+from affmon.core.rules.loop_report import LoopReport, combined_reports
+from affmon.core.text import term_safe
 from affmon.sources.live import live_sources
 
 

@@ -1,9 +1,9 @@
 """The command line's backstop against control characters in what it prints.
 
-Text renderers escape each foreign string where they build a line (``fmt.term_safe``).
+Text renderers escape each foreign string where they build a line (``text.term_safe``).
 This catches what one of them missed, or what another module quotes (an OS error naming a
 file, a pin's message): while a text command runs, ``sys.stdout`` and ``sys.stderr``
-pass every write through ``fmt.term_safe_output``, which keeps "\\n" and "\\t" and turns
+pass every write through ``text.term_safe_output``, which keeps "\\n" and "\\t" and turns
 every other code point a terminal acts on into ``?``. affmon's own text holds no such
 code point, and neither does its JSON (``json.dumps`` escapes them), so nothing of
 affmon's changes. The monitor (Textual writes escape sequences on purpose) and the
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO, cast
 
-from affmon.core.fmt import term_safe_output
+from affmon.core.text import term_safe_output
 
 
 class EscapingStream:

@@ -145,7 +145,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, exporter: Any, what: str) -> int:
     """Listen, sample, say where on one line, and serve until SIGTERM."""
-    from affmon.core.fmt import term_safe
+    from affmon.core.text import term_safe
     from affmon.export.service import format_address
 
     host, port = args.listen

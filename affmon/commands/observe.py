@@ -14,9 +14,9 @@ from affmon.collect.gather_tarball import extracted_root, is_archive
 from affmon.collect.sampler import Selection
 from affmon.commands.report import snapshot_json, snapshot_text, topology_text
 from affmon.core.errors import SourceError
-from affmon.core.fmt import term_safe
-from affmon.core.rates import make_snapshot
-from affmon.core.recording import header_line, private_sample, sample_line
+from affmon.core.model.rates import make_snapshot
+from affmon.core.recording.format import header_line, private_sample, sample_line
+from affmon.core.text import term_safe
 from affmon.sources.live import live_sources, load_topology
 from affmon.sources.record import open_output
 

@@ -22,7 +22,12 @@ from affmon.collect.identity import resolve_pid, tgid_of
 from affmon.collect.numa_maps import read_numa_maps
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Selection
-from affmon.core.advice import (
+from affmon.core.errors import AffmonError, ParseError, SourceError
+from affmon.core.model.cpuset import CpuSet, format_cpulist, parse_cpulist
+from affmon.core.model.jobs import Job
+from affmon.core.model.rates import Snapshot, make_snapshot
+from affmon.core.model.topology import Topology
+from affmon.core.plan.advice import (
     NOTHING_TO_PLACE,
     job_of,
     movable_occupants,
@@ -30,13 +35,10 @@ from affmon.core.advice import (
     suggest_for_job,
     unchanged_by,
 )
-from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
-from affmon.core.errors import AffmonError, ParseError, SourceError
-from affmon.core.findings import Context, Finding, Job, evaluate
-from affmon.core.fmt import term_safe
-from affmon.core.planner import Suggestion
-from affmon.core.rates import Snapshot, make_snapshot
-from affmon.core.topology import Topology
+from affmon.core.plan.planner import Suggestion
+from affmon.core.rules.base import Finding, RuleInputs
+from affmon.core.rules.evaluate import evaluate
+from affmon.core.text import term_safe
 from affmon.sources.live import live_sources, load_topology
 
 EXIT_FAILED = 1
@@ -159,7 +161,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
             isolate_candidates = tuple(sorted((o.pid, starts[o.pid]) for o in movable_occupants(snapshot, job, cpus)))
         if suggestion is not None:
             pinned = job if args.with_children else Job(root=job.root, members=(job.root,))
-            found = evaluate(snapshot, Context(topology))
+            found = evaluate(snapshot, RuleInputs(topology))
             no_change = unchanged_by(pinned, cpus, [pid for pid, _ in isolate_candidates], topology)
             if no_change is None and not placement_cures(found, job.pid):
                 no_change = NOTHING_TO_PLACE

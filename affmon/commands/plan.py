@@ -12,13 +12,13 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from affmon.core.context import small_int
-from affmon.core.cpuset import format_cpulist
 from affmon.core.errors import AffmonError
-from affmon.core.fmt import cut, term_safe
-from affmon.core.own_threads import thread_budget
-from affmon.core.planner import MachinePlan, RankPlan, plan_machine
-from affmon.core.visible import JobGpus
+from affmon.core.model.context import small_int
+from affmon.core.model.cpuset import format_cpulist
+from affmon.core.plan.planner import MachinePlan, RankPlan, plan_machine
+from affmon.core.plan.visible import JobGpus
+from affmon.core.rules.threads import thread_budget
+from affmon.core.text import cut, term_safe
 from affmon.place.planning import CannotPlan, LocalRank, plan_rank
 from affmon.sources.job_gpus import find_job_gpus, nvml_gpu_refs
 from affmon.sources.live import load_topology

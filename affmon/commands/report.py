@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from affmon.core import fmt
-from affmon.core.cpuset import CpuSet, format_cpulist
-from affmon.core.fmt import term_safe
-from affmon.core.loop_report import LoopReport, loop_reports
-from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
-from affmon.core.topology import Topology, format_gib
+from affmon.core.model.cpuset import CpuSet, format_cpulist
+from affmon.core.model.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
+from affmon.core.model.topology import Topology, format_gib
+from affmon.core.rules.loop_report import LoopReport, loop_reports
+from affmon.core.text import term_safe
 
 
 def _cpus(cpus: CpuSet | None) -> str | None:

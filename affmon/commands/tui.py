@@ -22,7 +22,7 @@ from affmon.core.errors import AffmonError
 if TYPE_CHECKING:
     from textual.app import App
 
-    from affmon.core.findings import ExpectedMasks
+    from affmon.core.rules.base import ExpectedMasks
     from affmon.tui.pinner import Pinner
 
 EXIT_USAGE = 2

@@ -22,10 +22,10 @@ from affmon.actions.tune import Isolation, Row, Tuner, TuneResult
 from affmon.collect.identity import resolve_pid
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Selection
-from affmon.core.cpuset import format_cpulist
 from affmon.core.errors import AffmonError
-from affmon.core.fmt import term_safe
-from affmon.core.tuning import SCORE_UNITS, ScoreKind
+from affmon.core.model.cpuset import format_cpulist
+from affmon.core.plan.tuning import SCORE_UNITS, ScoreKind
+from affmon.core.text import term_safe
 from affmon.sources.live import live_sources
 
 EXIT_FAILED = 1

@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import affmon
-from affmon.core.findings import Finding
-from affmon.core.rates import ProcessRates, Snapshot, ThreadRates
+from affmon.core.model.rates import ProcessRates, Snapshot, ThreadRates
+from affmon.core.rules.base import Finding
 from affmon.export import MAX_THREADS
 from affmon.export import catalogue as m
 from affmon.export.catalogue import CATALOGUE, MetricSpec

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 
 from affmon.core.errors import SourceError
-from affmon.core.samples import Sample
+from affmon.core.model.samples import Sample
 from affmon.export.state import ReplayStatus
 from affmon.sources.stream import ReplaySource
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, replace
 
-from affmon.core.loop import SHARES
+from affmon.core.model.loop import SHARES
 from affmon.export import catalogue as m
 
 

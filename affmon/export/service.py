@@ -24,10 +24,10 @@ from dataclasses import replace
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from affmon.core.findings import ExpectedMasks
-from affmon.core.fmt import term_safe
-from affmon.core.samples import Sample
-from affmon.core.topology import Topology
+from affmon.core.model.samples import Sample
+from affmon.core.model.topology import Topology
+from affmon.core.rules.base import ExpectedMasks
+from affmon.core.text import term_safe
 from affmon.export import MAX_THREADS
 from affmon.export.collector import StateCollector
 from affmon.export.pace import Pace

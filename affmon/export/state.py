@@ -25,12 +25,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from affmon.core import tick
-from affmon.core.findings import ExpectedMasks, Finding, FindingTracker
-from affmon.core.loop_report import LoopReport
-from affmon.core.rates import GpuRates, Snapshot
-from affmon.core.samples import GpuSample, ProcessSample, Sample, ThreadSample
-from affmon.core.topology import Topology
+from affmon.core.model.rates import GpuRates, Snapshot
+from affmon.core.model.samples import GpuSample, ProcessSample, Sample, ThreadSample
+from affmon.core.model.topology import Topology
+from affmon.core.rules import tick
+from affmon.core.rules.base import ExpectedMasks, Finding
+from affmon.core.rules.evaluate import FindingTracker
+from affmon.core.rules.loop_report import LoopReport
 
 ProcessKey = tuple[int, int]  # (pid, start ticks)
 GpuKey = tuple[int, str | None]  # (NVML index, PCI bus id)

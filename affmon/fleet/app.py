@@ -10,7 +10,7 @@ figures. Reading runs in a thread worker, one at a time; the next refresh is sch
 when the last one has ended, so refreshes never overlap. A failed refresh keeps the last
 figures on screen and says, on the status line, why and how old they are.
 
-Every label from Prometheus reaches the screen through ``fmt.term_safe`` (``affmon.fleet.text``
+Every label from Prometheus reaches the screen through ``term_safe`` (``affmon.fleet.text``
 and the rows built here); cells are Rich ``Text``, never markup.
 """
 
@@ -30,8 +30,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from affmon.core import fmt
-from affmon.core.domains import plural
 from affmon.core.errors import AffmonError
+from affmon.core.model.domains import plural
+from affmon.core.text import term_safe
 from affmon.fleet.model import Fleet, FleetFinding, Job, Node, NodeProcess, age_text
 from affmon.fleet.source import Cost
 from affmon.fleet.text import (
@@ -157,12 +158,12 @@ class FleetScreen(Screen[None]):
         header = Text(no_wrap=True, overflow="ellipsis")
         header.append("affmon fleet", style="bold")
         header.append(f"  {summary(fleet)}  ")
-        header.append(f"Prometheus {fmt.term_safe(url)} at {when}, {cost.queries} queries {cost.seconds * 1000:.0f} ms")
+        header.append(f"Prometheus {term_safe(url)} at {when}, {cost.queries} queries {cost.seconds * 1000:.0f} ms")
         self.query_one("#fleet-header", Static).update(header)
         status = self.query_one("#fleet-status", Static)
         if error is not None:
             age = age_text(time.time() - fleet.at)
-            status.update(Text(f"{fmt.term_safe(error)}; the figures below were read at {when} ({age} ago)"))
+            status.update(Text(f"{term_safe(error)}; the figures below were read at {when} ({age} ago)"))
             status.add_class("-error")
         else:
             stale = [n for n in fleet.nodes if n.stale]
@@ -266,9 +267,9 @@ def node_rows(processes: Sequence[NodeProcess], findings: Sequence[FleetFinding]
         row = ProcessRow(
             pid=p.pid,
             ppid=p.job_pid if worker else None,
-            name=fmt.term_safe(p.name),
+            name=term_safe(p.name),
             cmdline=None,
-            user=fmt.term_safe(p.user) or None,
+            user=term_safe(p.user) or None,
             role=p.role,
             job_pid=p.job_pid,
             gpus=p.gpus,
@@ -295,18 +296,18 @@ def process_detail(p: NodeProcess | None, findings: Sequence[FleetFinding], pal:
     if p is None:
         return Text("select a process to see its figures", style=pal.muted)
     out = Text()
-    out.append(f"{p.pid} {fmt.term_safe(p.name)}", style="bold")
+    out.append(f"{p.pid} {term_safe(p.name)}", style="bold")
     job = {"rank": "training rank", "worker": f"worker of {p.job_pid}"}.get(p.role, "not in a training job")
     gpus = f" · GPU {','.join(map(str, p.gpus))}" if p.gpus else ""
     out.append(f"  {job}{gpus} · {p.threads if p.threads is not None else '?'} threads", style=pal.muted)
-    out.append(f" · user {fmt.term_safe(p.user) or '?'}\n", style=pal.muted)
+    out.append(f" · user {term_safe(p.user) or '?'}\n", style=pal.muted)
     out.append("mask ", style=pal.muted)
     out.append(f"{p.mask_cpus if p.mask_cpus is not None else '?'} CPUs")
     out.append("   ran on ", style=pal.muted)
     out.append(plural(p.nodes_run_on, "NUMA node") if p.nodes_run_on is not None else "? NUMA nodes")
     if p.context:
         out.append("   placed by ", style=pal.muted)
-        out.append(fmt.term_safe(p.context))
+        out.append(term_safe(p.context))
     out.append("\n")
     if p.shares or p.gpu_busy is not None:
         out.append("loop ", style=pal.muted)
@@ -333,7 +334,7 @@ class NodeScreen(Screen[None]):
         self.processes: tuple[NodeProcess, ...] = ()
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f"node {fmt.term_safe(self.instance)}", style="bold"), id="node-header")
+        yield Static(Text(f"node {term_safe(self.instance)}", style="bold"), id="node-header")
         yield Static(Text("reading its processes from Prometheus..."), id="node-status")
         with Vertical(classes="pane") as pane:
             pane.border_title = "Processes, from the metrics"
@@ -345,7 +346,7 @@ class NodeScreen(Screen[None]):
         status = self.query_one("#node-status", Static)
         node = fleet.node(self.instance)
         if error is not None:
-            status.update(Text(fmt.term_safe(error)))
+            status.update(Text(term_safe(error)))
             status.add_class("-error")
         elif node is not None and node.stale:
             status.update(Text(f"{node.stale}; the last figures Prometheus has are shown"))
@@ -470,7 +471,7 @@ class FleetApp(App[None]):
         if isinstance(screen, FleetScreen) and self.fleet is not None and self.cost is not None:
             screen.show(self.fleet, self.cost, self.url, self.error, self.pal)
         elif isinstance(screen, FleetScreen) and self.error is not None:
-            screen.query_one("#fleet-status", Static).update(Text(fmt.term_safe(self.error), style=self.pal.error))
+            screen.query_one("#fleet-status", Static).update(Text(term_safe(self.error), style=self.pal.error))
 
     def open_selected(self) -> None:
         screen = self.screen

@@ -4,7 +4,7 @@ node's processes. Pure: JSON in (the ``result`` lists of the HTTP API), frozen v
 no I/O, no Textual (tests/test_fleet_model.py imports it and checks ``sys.modules``).
 
 Label values are kept as Prometheus sent them (JSON writes them escaped); whatever shows
-them on a terminal passes them through ``fmt.term_safe``.
+them on a terminal passes them through ``text.term_safe``.
 
 What a job is: processes of a training job carry ``job_pid``, the job's root (the rank a
 DataLoader worker belongs to). Ranks that Slurm or Kubernetes placed carry the same Slurm
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from affmon.core.rule_base import Severity
+from affmon.core.rules.base import Severity
 from affmon.fleet.queries import PART, SEVERITY_VALUES, STALE_AFTER_S
 
 Result = Sequence[Mapping[str, Any]]  # the API's data.result

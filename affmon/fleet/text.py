@@ -2,7 +2,7 @@
 the plain table ``--once`` prints, and the ``--json`` document.
 
 Every label value from Prometheus (instance, user, process name, finding code, placement)
-passes through ``fmt.term_safe`` before it is text for a terminal; JSON keeps the values as
+passes through ``term_safe`` before it is text for a terminal; JSON keeps the values as
 Prometheus sent them (``json.dumps`` escapes them).
 """
 
@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from affmon.core import fmt
-from affmon.core.loop import CPU_WAIT, DATA_WAIT, GPU_WAIT, ON_CPU
+from affmon.core.model.loop import CPU_WAIT, DATA_WAIT, GPU_WAIT, ON_CPU
+from affmon.core.text import term_safe
 from affmon.fleet.model import Fleet, FleetFinding, Job, Node, NodeProcess, age_text
 
 if TYPE_CHECKING:  # the text takes a reading's cost; it sends no query itself
@@ -56,7 +57,7 @@ def finding_text(f: FleetFinding, count: int = 1) -> str:
     """ "STARV 3m 20s": the short code, how many hold it where more than one ("CONTEND x2
     29 s"), and how long it has been held."""
     many = f" x{count}" if count > 1 else ""
-    return f"{fmt.term_safe(fmt.short_code(f.code))}{many} {age_text(f.age_s, f.age_at_least)}"
+    return f"{term_safe(fmt.short_code(f.code))}{many} {age_text(f.age_s, f.age_at_least)}"
 
 
 def findings_text(findings: Sequence[FleetFinding]) -> str:
@@ -75,8 +76,8 @@ def job_name(job: Job) -> str:
     """ "python3 608 @ 127.0.0.3:9808", or "slurm 4242.0" for a job its scheduler names."""
     if job.ranks and job.key == f"{job.ranks[0].instance} {job.ranks[0].pid}":
         rank = job.ranks[0]
-        return fmt.term_safe(f"{rank.name} {rank.pid} @ {rank.instance}")
-    return fmt.term_safe(job.key)
+        return term_safe(f"{rank.name} {rank.pid} @ {rank.instance}")
+    return term_safe(job.key)
 
 
 def job_cells(job: Job) -> tuple[str, ...]:
@@ -98,7 +99,7 @@ def node_state(node: Node) -> str:
 
 def node_cells(node: Node) -> tuple[str, ...]:
     return (
-        fmt.term_safe(node.instance),
+        term_safe(node.instance),
         node_state(node),
         str(node.gpus) if node.stale is None else fmt.UNKNOWN,
         fmt.ratio_percent(node.gpu_busy),
@@ -131,7 +132,7 @@ def plain(fleet: Fleet, url: str, cost: Cost) -> str:
     """``--once``: the jobs, then the nodes, worst first, as plain text."""
     when = time.strftime("%H:%M:%S", time.localtime(fleet.at))
     head = (
-        f"affmon fleet: {summary(fleet)}; Prometheus {fmt.term_safe(url)} at {when} "
+        f"affmon fleet: {summary(fleet)}; Prometheus {term_safe(url)} at {when} "
         f"({cost.queries} queries, {cost.seconds * 1000:.0f} ms)"
     )
     jobs = _table(JOB_COLUMNS, [job_cells(j) for j in fleet.jobs]) if fleet.jobs else ["no training job"]

@@ -15,16 +15,16 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.errors import AffmonError
-from affmon.core.fmt import cut, term_safe
+from affmon.core.model.cpuset import CpuSet, format_cpulist
+from affmon.core.text import cut, term_safe
 from affmon.place.placement import Placement
 from affmon.place.remembered import Remembered, recall, remember
 from affmon.place.shares import split_for_workers, too_few_cores, worker_share
 
 if TYPE_CHECKING:
     from affmon.actions.pin import PinResult
-    from affmon.core.topology import Topology
+    from affmon.core.model.topology import Topology
 
 # The thread-count variables of the pools a training process starts: PyTorch's (OpenMP),
 # MKL's. ``affmon exec`` sets the same ones (its BUDGET_VARIABLES).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-from affmon.core.cpuset import EMPTY, CpuSet, format_cpulist
+from affmon.core.model.cpuset import EMPTY, CpuSet, format_cpulist
 
 
 class PlacementWarning(UserWarning):

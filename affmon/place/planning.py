@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from affmon.core.context import small_int
 from affmon.core.errors import AffmonError
-from affmon.core.fmt import cut, term_safe
-from affmon.core.planner import RankPlan, plan_machine
-from affmon.core.topology import Topology
-from affmon.core.visible import GpuRef, gpu_by_index, job_gpus
+from affmon.core.model.context import small_int
+from affmon.core.model.topology import Topology
+from affmon.core.plan.planner import RankPlan, plan_machine
+from affmon.core.plan.visible import GpuRef, gpu_by_index, job_gpus
+from affmon.core.text import cut, term_safe
 
 
 class CannotPlan(AffmonError):

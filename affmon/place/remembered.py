@@ -14,8 +14,8 @@ import json
 import os
 from dataclasses import dataclass
 
-from affmon.core.cpuset import EMPTY, CpuSet, format_cpulist, parse_cpulist
 from affmon.core.errors import ParseError
+from affmon.core.model.cpuset import EMPTY, CpuSet, format_cpulist, parse_cpulist
 
 ENV_VARIABLE = "AFFMON_PLACE"
 # The cores of 8,192 CPUs as cpulists are about 50 KB of JSON.

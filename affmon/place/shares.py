@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from affmon.core.cpuset import CpuSet, format_cpulist
-from affmon.core.domains import even_split, l3_index, plural, union
-from affmon.core.own_threads import thread_budget
-from affmon.core.topology import Topology
+from affmon.core.model.cpuset import CpuSet, format_cpulist
+from affmon.core.model.domains import even_split, l3_index, plural, union
+from affmon.core.model.topology import Topology
+from affmon.core.rules.threads import thread_budget
 
 
 def core_groups(topology: Topology, cpus: CpuSet) -> tuple[CpuSet, ...]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from affmon.core.topology import Topology
-from affmon.core.visible import GpuRef, JobGpus, job_gpus, select_gpus
+from affmon.core.model.topology import Topology
+from affmon.core.plan.visible import GpuRef, JobGpus, job_gpus, select_gpus
 from affmon.nvml import NvmlGateway
 
 

@@ -19,8 +19,8 @@ from affmon.collect.loop_probes import LoopProbes
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Sampler, Selection
 from affmon.core.errors import SourceError
-from affmon.core.samples import Sample
-from affmon.core.topology import Topology
+from affmon.core.model.samples import Sample
+from affmon.core.model.topology import Topology
 from affmon.nvml import NvmlGateway
 
 

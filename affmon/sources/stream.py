@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from affmon.core.errors import AffmonError, ParseError, SourceError
-from affmon.core.lines import split_lines
-from affmon.core.rule_base import ExpectedMasks
-from affmon.core.samples import Sample
-from affmon.core.topology import Topology
+from affmon.core.model.samples import Sample
+from affmon.core.model.topology import Topology
+from affmon.core.recording.lines import split_lines
+from affmon.core.rules.base import ExpectedMasks
 
 if TYPE_CHECKING:
-    from affmon.core.recording import Header
+    from affmon.core.recording.format import Header
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ class ReplaySource:
     it is reached, naming its line; the samples before it are played."""
 
     def __init__(self, path: str, speed: float = 1.0) -> None:
-        from affmon.core.recording import read_recording  # the format: not loaded by a live monitor
+        from affmon.core.recording.format import read_recording
 
         name = os.path.basename(path)
         self._name = name
@@ -264,7 +264,7 @@ class ReplaySource:
         if line is None:
             return None
         number, text = line
-        from affmon.core.recording import check_replay_order, parse_sample_line
+        from affmon.core.recording.format import check_replay_order, parse_sample_line
 
         sample = parse_sample_line(text, self._name, number)
         check_replay_order(sample, self._last, self._name, number)

@@ -41,8 +41,8 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Input
 
 from affmon.core.errors import AffmonError
-from affmon.core.fmt import term_safe
-from affmon.core.samples import Sample
+from affmon.core.model.samples import Sample
+from affmon.core.text import term_safe
 from affmon.sources.stream import LiveSource, Source
 from affmon.tui import heap
 from affmon.tui.demo import DemoState, demo_banner, next_state

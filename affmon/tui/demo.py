@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from affmon.core import fmt
-from affmon.core.cpuset import CpuSet
+from affmon.core.model.cpuset import CpuSet
 
 
 @dataclass(frozen=True)

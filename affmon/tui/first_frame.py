@@ -27,7 +27,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from affmon.core.fmt import cpus, cut, term_safe
+from affmon.core.fmt import cpus
+from affmon.core.text import cut, term_safe
 from affmon.sources.stream import LiveSource
 from affmon.tui.layout import empty_message
 from affmon.tui.model.first_look import first_look

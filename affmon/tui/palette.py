@@ -16,7 +16,7 @@ from typing import Any
 from textual.app import App
 from textual.color import Color
 
-from affmon.core.findings import Severity
+from affmon.core.rules.base import Severity
 
 JOB_COLOURS = 8
 

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Protocol
 from affmon.actions.journal import EntryHead, Journal, JournalEntry, default_journal_path
 from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Selection
-from affmon.core.cpuset import format_cpulist
 from affmon.core.errors import AffmonError
-from affmon.core.rates import Snapshot
-from affmon.core.topology import Topology
-from affmon.core.tuning import ScoreKind
+from affmon.core.model.cpuset import format_cpulist
+from affmon.core.model.rates import Snapshot
+from affmon.core.model.topology import Topology
+from affmon.core.plan.tuning import ScoreKind
 
 # The pin, undo and tune code and the planner load when a key asks for them, not before
 # the monitor's first frame.
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from affmon.actions.pin import PinResult
     from affmon.actions.tune import Row, TuneResult
     from affmon.actions.undo import UndoResult
-    from affmon.core.advice import PinProposal
+    from affmon.core.plan.advice import PinProposal
 
 TUNE_NEEDS_LIVE = "tune needs a live process: this is a replay, its processes are not on this machine"
 
@@ -107,7 +107,7 @@ class SystemPinner:
         return self.journal if self.journal is not None else Journal(default_journal_path())
 
     def propose(self, snapshot: Snapshot, pid: int, window: Sequence[Snapshot] = ()) -> PinProposal | None:
-        from affmon.core.advice import propose_pin
+        from affmon.core.plan.advice import propose_pin
 
         self._topology = snapshot.topology
         try:  # heads only: no pin's thread records are needed to propose one
@@ -262,7 +262,7 @@ class ReplayPinner:
     readonly = False
 
     def propose(self, snapshot: Snapshot, pid: int, window: Sequence[Snapshot] = ()) -> PinProposal | None:
-        from affmon.core.advice import propose_pin
+        from affmon.core.plan.advice import propose_pin
 
         return propose_pin(snapshot, pid, window=window)
 

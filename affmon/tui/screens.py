@@ -24,9 +24,10 @@ from affmon.actions.describe import result_text, undo_text
 from affmon.actions.pin import PinResult
 from affmon.actions.undo import UndoResult
 from affmon.core import fmt
-from affmon.core.advice import PinProposal
-from affmon.core.domains import plural
-from affmon.core.findings import Finding
+from affmon.core.model.domains import plural
+from affmon.core.plan.advice import PinProposal
+from affmon.core.rules.base import Finding
+from affmon.core.text import term_safe
 from affmon.tui.palette import Palette
 from affmon.tui.pinner import Pinner
 
@@ -36,7 +37,7 @@ def proposal_text(
 ) -> Text:
     s = pr.suggestion
     out = Text()
-    out.append(f"Re-pin {pr.pid} {fmt.term_safe(pr.name)}", style="bold")
+    out.append(f"Re-pin {pr.pid} {term_safe(pr.name)}", style="bold")
     if pr.children:
         n = len(pr.children)
         said = (
@@ -63,10 +64,10 @@ def proposal_text(
     if pr.move_off:
         out.append("       move these off those CPUs (PID, user, command, CPU, to):\n", style=p.muted)
         for o in pr.move_off[:8]:
-            user = fmt.term_safe((o.user or "?")[:10])
+            user = term_safe((o.user or "?")[:10])
             to = fmt.cpus(pr.moved_to(o, o.mask or frozenset()) or None)
             out.append(
-                f"        {o.pid:>7} {user:<10} {fmt.term_safe(o.name[:16]):<16} {o.cpu_percent:5.0f}% on "
+                f"        {o.pid:>7} {user:<10} {term_safe(o.name[:16]):<16} {o.cpu_percent:5.0f}% on "
                 f"{fmt.cpus(o.cpus)} -> {to}\n"
             )
         if len(pr.move_off) > 8:
@@ -86,14 +87,14 @@ def proposal_text(
     if pr.left_alone or (isolate and pr.self_pinned):
         out.append("       left alone:\n", style=p.muted)
         for o, why in pr.left_alone[:6]:
-            out.append(f"        {o.pid:>7} {fmt.term_safe(o.name[:16]):<16} {fmt.term_safe(why)}\n", style=p.muted)
+            out.append(f"        {o.pid:>7} {term_safe(o.name[:16]):<16} {term_safe(why)}\n", style=p.muted)
         if len(pr.left_alone) > 6:
             out.append(f"        and {len(pr.left_alone) - 6} more\n", style=p.muted)
         if isolate:
             # Threads of the processes moved off that chose their CPUs: isolation keeps out of that.
             for o, th in pr.self_pinned[:6]:
                 out.append(
-                    f"        {o.pid:>7} thread {th.tid} {fmt.term_safe(th.name[:16])}: it pinned itself to CPUs"
+                    f"        {o.pid:>7} thread {th.tid} {term_safe(th.name[:16])}: it pinned itself to CPUs"
                     f" {fmt.cpus(th.allowed_cpus)} (its process runs on {fmt.cpus(o.mask)})\n",
                     style=p.muted,
                 )
@@ -103,9 +104,9 @@ def proposal_text(
                 )
     out.append("\nwhy these CPUs\n", style="bold")
     for warning in s.warnings:
-        out.append(f"  ! {fmt.term_safe(warning)}\n", style=p.warning)
+        out.append(f"  ! {term_safe(warning)}\n", style=p.warning)
     for reason in s.reasons:
-        out.append(f"  - {fmt.term_safe(reason)}\n", style=p.muted)
+        out.append(f"  - {term_safe(reason)}\n", style=p.muted)
     return out
 
 
@@ -115,11 +116,11 @@ def pin_result_text(result: PinResult, p: Palette) -> Text:
         out.append(f"pinned to CPUs {fmt.cpus(result.cpus)}\n", style=f"bold {p.success}")
     else:
         out.append("not pinned: ", style=f"bold {p.error}")
-        out.append(f"{fmt.term_safe(str(result.error))}\n")
+        out.append(f"{term_safe(str(result.error))}\n")
     if result.memory is not None:
         out.append("memory: ", style=p.muted)
-        out.append(f"{fmt.term_safe(result.memory.message)}\n", style=p.success if result.memory.ok else p.error)
-    lines = [fmt.term_safe(line) for line in result_text(result)] if result.threads else []
+        out.append(f"{term_safe(result.memory.message)}\n", style=p.success if result.memory.ok else p.error)
+    lines = [term_safe(line) for line in result_text(result)] if result.threads else []
     out.append("\n".join(lines) + ("\n" if lines else ""), style="")
     return out
 
@@ -137,8 +138,8 @@ def undo_result_text(result: UndoResult, p: Palette) -> Text:
         out.append(f"undone, but {plural(left, 'thread')} left as found (named below)\n", style=f"bold {p.warning}")
     else:
         out.append("undo failed: ", style=f"bold {p.error}")
-        out.append(f"{fmt.term_safe(str(result.error))}\n")
-    out.append("\n".join(fmt.term_safe(line) for line in undo_text(result)))
+        out.append(f"{term_safe(str(result.error))}\n")
+    out.append("\n".join(term_safe(line) for line in undo_text(result)))
     return out
 
 
@@ -305,22 +306,22 @@ class PinScreen(_ActionScreen):
         if r is None:
             return None
         if r.ok:
-            memory = f"; memory: {fmt.term_safe(r.memory.message)}" if r.memory is not None else ""
+            memory = f"; memory: {term_safe(r.memory.message)}" if r.memory is not None else ""
             return f"pinned {self.proposal.pid} to CPUs {fmt.cpus(r.cpus)} (u undoes it){memory}"
-        return f"pin of {self.proposal.pid} failed: {fmt.term_safe(str(r.error))}"
+        return f"pin of {self.proposal.pid} failed: {term_safe(str(r.error))}"
 
 
 def no_change_text(proposal: PinProposal, findings: Sequence[Finding], p: Palette) -> Text:
     """Why ``r`` offers no pin, and what the job's findings say to change instead."""
     out = Text()
-    out.append(f"No placement change can help {proposal.pid} ({fmt.term_safe(proposal.name)})\n\n", style="bold")
-    out.append(fmt.term_safe(str(proposal.no_change)) + ".\n", style=p.muted)
+    out.append(f"No placement change can help {proposal.pid} ({term_safe(proposal.name)})\n\n", style="bold")
+    out.append(term_safe(str(proposal.no_change)) + ".\n", style=p.muted)
     remedies = [f for f in findings if f.remedy]
     if remedies:
         out.append("\nwhat to change instead\n", style="bold")
         for f in remedies:
             out.append(f"  {f.code}: ", style=p.severity(f.severity))
-            out.append(fmt.term_safe(str(f.remedy)) + "\n", style=p.success)
+            out.append(term_safe(str(f.remedy)) + "\n", style=p.success)
     else:
         out.append(
             f"\n`affmon diagnose --pid {proposal.pid}` names what limits it; nothing was pinned.\n", style=p.muted
@@ -355,7 +356,7 @@ class UndoScreen(_ActionScreen):
         if self.result is not None:
             return undo_result_text(self.result, self.palette)
         return Text.assemble(
-            ("Undo the last pin\n\n", "bold"), fmt.term_safe(self.description), "\n\nEvery journaled mask is put back."
+            ("Undo the last pin\n\n", "bold"), term_safe(self.description), "\n\nEvery journaled mask is put back."
         )
 
     def _start(self) -> None:
@@ -377,4 +378,4 @@ class UndoScreen(_ActionScreen):
         r = self.result
         if r is None:
             return None
-        return "undone: masks restored" if r.ok else f"undo failed: {fmt.term_safe(str(r.error))}"
+        return "undone: masks restored" if r.ok else f"undo failed: {term_safe(str(r.error))}"

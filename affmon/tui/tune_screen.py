@@ -28,9 +28,10 @@ from textual.widgets import Static
 
 from affmon.actions.tune import Row, TuneResult
 from affmon.core import fmt
-from affmon.core.findings import find_jobs
-from affmon.core.rates import Snapshot
-from affmon.core.tuning import ScoreKind
+from affmon.core.model.jobs import find_jobs
+from affmon.core.model.rates import Snapshot
+from affmon.core.plan.tuning import ScoreKind
+from affmon.core.text import cut, term_safe
 from affmon.tui.palette import Palette
 from affmon.tui.pinner import TUNE_NEEDS_LIVE, Pinner, TuneSession
 
@@ -108,7 +109,7 @@ def moved_text(rows: tuple[Row, ...], names: dict[int, str], p: Palette) -> Text
         return out
     out.append("rows marked 'moves' move these off the job's CPUs (PID, user, command):\n", style=p.muted)
     for pid in moved[:8]:
-        out.append(f"  {pid:>7} {fmt.term_safe(names.get(pid, '?'))}\n", style=p.muted)
+        out.append(f"  {pid:>7} {term_safe(names.get(pid, '?'))}\n", style=p.muted)
     if len(moved) > 8:
         out.append(f"  and {len(moved) - 8} more\n", style=p.muted)
     return out
@@ -120,7 +121,7 @@ def rows_text(rows: tuple[Row, ...], kind: ScoreKind, chosen: int | None, p: Pal
     head = f"{'#':>2}  {'placement':<{PLACEMENT_WIDTH}} {'CPUs':<12} {'isolate':<8} {'score':>10}  state\n"
     out.append(head, style="bold")
     for r in rows:
-        description = fmt.cut(fmt.term_safe(r.description), PLACEMENT_WIDTH)
+        description = cut(term_safe(r.description), PLACEMENT_WIDTH)
         isolate = f"moves {len(r.isolate)}" if r.isolate else "no"
         mark = r.number == chosen
         line = f"{r.number:>2}  {description:<{PLACEMENT_WIDTH}} {fmt.cpus(r.cpus, 12):<12} {isolate:<8} "
@@ -129,7 +130,7 @@ def rows_text(rows: tuple[Row, ...], kind: ScoreKind, chosen: int | None, p: Pal
         style = {"running": "bold", "failed": p.error, "refused": p.muted, "skipped": p.muted}.get(r.status, "")
         out.append(r.status, style=style)
         if r.note:
-            out.append(f" ({fmt.term_safe(r.note)})", style=p.muted)
+            out.append(f" ({term_safe(r.note)})", style=p.muted)
         if mark:
             out.append("  ◀ chosen", style=f"bold {p.success}")
         out.append("\n")
@@ -186,7 +187,7 @@ class TuneScreen(ModalScreen[str | None]):
         if self.target is None:
             return out
         pid, _, name = self.target
-        out.append(f"Tune {pid} {fmt.term_safe(name)}", style="bold")
+        out.append(f"Tune {pid} {term_safe(name)}", style="bold")
         out.append("  (its job: the process and its workers)\n\n", style=self.palette.muted)
         return out
 
@@ -202,7 +203,7 @@ class TuneScreen(ModalScreen[str | None]):
             return out
         if self.error is not None and not self.rows:
             out.append("tune could not start: ", style=f"bold {p.error}")
-            out.append(fmt.term_safe(self.error) + "\n")
+            out.append(term_safe(self.error) + "\n")
             return out
         out.append(score_sentence(self.score_kind) + "\n\n", style=p.muted)
         chosen = self.result.chosen if self.result is not None else None
@@ -233,14 +234,14 @@ class TuneScreen(ModalScreen[str | None]):
         out = Text()
         if r is None:
             out.append("tune failed: ", style=f"bold {p.error}")
-            out.append(f"{fmt.term_safe(str(self.error))}; u or `affmon undo` puts back any pin left\n")
+            out.append(f"{term_safe(str(self.error))}; u or `affmon undo` puts back any pin left\n")
             return out
         if r.aborted:
-            out.append(fmt.term_safe(r.why) + "\n", style=f"bold {p.success}")
+            out.append(term_safe(r.why) + "\n", style=f"bold {p.success}")
         elif r.error is not None:
-            out.append(fmt.term_safe(r.why) + "\n", style=f"bold {p.error}")
+            out.append(term_safe(r.why) + "\n", style=f"bold {p.error}")
         else:
-            out.append(f"chosen: row {r.chosen}: {fmt.term_safe(r.why)}\n", style="bold")
+            out.append(f"chosen: row {r.chosen}: {term_safe(r.why)}\n", style="bold")
             if r.pinned is not None:
                 out.append(f"pinned to CPUs {fmt.cpus(r.pinned.cpus)}; u undoes it like any pin\n", style=p.success)
             else:
@@ -310,11 +311,11 @@ class TuneScreen(ModalScreen[str | None]):
             return None
         pid = self.target[0]
         if r is None:
-            return f"tune of {pid} failed: {fmt.term_safe(str(self.error))}"
+            return f"tune of {pid} failed: {term_safe(str(self.error))}"
         if r.aborted:
             return f"tune of {pid} stopped: the masks from before tune are back"
         if r.error is not None:
-            return f"tune of {pid} stopped: {fmt.term_safe(r.error)}"
+            return f"tune of {pid} stopped: {term_safe(r.error)}"
         if r.pinned is not None:
             return f"tune of {pid}: kept row {r.chosen}, CPUs {fmt.cpus(r.pinned.cpus)} (u undoes it)"
         return f"tune of {pid}: the starting placement stays; nothing was changed"

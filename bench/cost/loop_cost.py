@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from affmon.collect.loop import LoopSampler, LoopWatcher
-from affmon.core.loop import breakdown, describe
+from affmon.core.model.loop import breakdown, describe
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

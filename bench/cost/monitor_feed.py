@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def measure(recording: str, ticks: int) -> list[float]:
-    from affmon.core.recording import read_recording
+    from affmon.core.recording.format import read_recording
     from affmon.sources.stream import SourceInfo
     from affmon.tui.model.monitor import Monitor
 

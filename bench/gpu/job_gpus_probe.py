@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 
-from affmon.core.topology import normalize_bus_id
+from affmon.core.model.topology import normalize_bus_id
 from affmon.sources.job_gpus import nvml_gpu_refs
 
 CUDA_PROBE = (

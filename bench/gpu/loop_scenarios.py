@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from affmon.collect.loop import LoopSampler, LoopWatcher
-from affmon.core.loop import SHARES, LoopBreakdown, breakdown, describe
-from affmon.core.loop_findings import evaluate_loop
+from affmon.core.model.loop import SHARES, LoopBreakdown, breakdown, describe
+from affmon.core.rules.loop import evaluate_loop
 from affmon.nvml import NvmlGateway
 
 ROOT = Path(__file__).resolve().parent.parent.parent

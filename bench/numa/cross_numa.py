@@ -18,10 +18,10 @@ import os
 import sys
 
 from affmon.commands.plan import local_rank_from_env
-from affmon.core.cpuset import CpuSet, format_cpulist
 from affmon.core.errors import AffmonError
-from affmon.core.topology import Topology
-from affmon.core.visible import job_gpus
+from affmon.core.model.cpuset import CpuSet, format_cpulist
+from affmon.core.model.topology import Topology
+from affmon.core.plan.visible import job_gpus
 from affmon.sources.job_gpus import nvml_gpu_refs
 from affmon.sources.live import load_topology
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from affmon.collect.numa_maps import read_numa_maps
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.cpuset import format_cpulist
+from affmon.core.model.cpuset import format_cpulist
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from affmon.core.errors import AffmonError
-from affmon.core.recording import header_line, private_sample, read_recording, sample_line
-from affmon.core.samples import Sample
+from affmon.core.model.samples import Sample
+from affmon.core.recording.format import header_line, private_sample, read_recording, sample_line
 
 GZIP_MAGIC = b"\x1f\x8b"
 

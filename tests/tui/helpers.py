@@ -11,12 +11,12 @@ from textual.pilot import Pilot
 
 from affmon.actions.pin import PinResult, ThreadResult
 from affmon.actions.undo import UndoResult
-from affmon.core.advice import PinProposal, propose_pin
-from affmon.core.cpuset import CpuSet
-from affmon.core.findings import ExpectedMasks
-from affmon.core.rates import Snapshot
-from affmon.core.samples import Sample
-from affmon.core.topology import Topology
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.model.rates import Snapshot
+from affmon.core.model.samples import Sample
+from affmon.core.model.topology import Topology
+from affmon.core.plan.advice import PinProposal, propose_pin
+from affmon.core.rules.base import ExpectedMasks
 from affmon.sources.stream import ReplaySource, SourceInfo
 from affmon.tui.app import AffmonApp
 from tests.recordings import RECORDINGS, load

@@ -20,12 +20,12 @@ from textual.pilot import Pilot
 
 from affmon.actions.journal import Journal
 from affmon.actions.tune import Row, Tuner, TuneResult
-from affmon.core.advice import job_of, movable_occupants
 from affmon.core.errors import AffmonError
-from affmon.core.findings import Job
-from affmon.core.placements import Placement
-from affmon.core.rates import Snapshot, make_snapshot
-from affmon.core.tuning import ScoreKind
+from affmon.core.model.jobs import Job
+from affmon.core.model.rates import Snapshot, make_snapshot
+from affmon.core.plan.advice import job_of, movable_occupants
+from affmon.core.plan.placements import Placement
+from affmon.core.plan.tuning import ScoreKind
 from affmon.sources.stream import ReplaySource
 from affmon.tui.app import AffmonApp
 from tests.recordings import load

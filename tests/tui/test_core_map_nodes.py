@@ -20,8 +20,8 @@ import pytest
 
 from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.cpuset import format_cpulist, parse_cpulist
-from affmon.core.topology import Topology, format_gib
+from affmon.core.model.cpuset import format_cpulist, parse_cpulist
+from affmon.core.model.topology import Topology, format_gib
 from affmon.tui.app import AffmonApp
 from affmon.tui.model.views import core_groups
 from affmon.tui.palette import Palette

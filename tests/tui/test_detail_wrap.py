@@ -13,7 +13,7 @@ import asyncio
 import pytest
 from rich.cells import cell_len
 
-from affmon.core.rule_base import Finding, Severity
+from affmon.core.rules.base import Finding, Severity
 from affmon.tui.app import AffmonApp
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.detail import DetailText, detail_lines, hang_wrap

@@ -22,10 +22,10 @@ from affmon.actions.migrate import ONE_NODE, MigrationResult
 from affmon.actions.tune import Row, TuneResult
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.context import Context
-from affmon.core.loop import DATA_WAIT, GPU_WAIT, OTHER, LoopWindow, WorkerStats
-from affmon.core.rates import make_snapshot
-from affmon.core.samples import NodeMemory, Sample
+from affmon.core.model.context import Context
+from affmon.core.model.loop import DATA_WAIT, GPU_WAIT, OTHER, LoopWindow, WorkerStats
+from affmon.core.model.rates import make_snapshot
+from affmon.core.model.samples import NodeMemory, Sample
 from affmon.tui.model.monitor import PIN_WINDOW
 from affmon.tui.model.process_detail import DetailedRow, TrackedHistory
 from affmon.tui.pinner import ReplayPinner, SystemPinner
@@ -371,7 +371,7 @@ class FakeTune:
 
 
 def _proposal_for(row: Row) -> Any:
-    from affmon.core.advice import propose_pin
+    from affmon.core.plan.advice import propose_pin
 
     _, samples = load("hogs")
     topology = load("hogs")[0].topology

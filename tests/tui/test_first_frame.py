@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from affmon.core.fmt import cpus
-from affmon.core.recording import read_recording
+from affmon.core.recording.format import read_recording
 from affmon.sources.stream import LiveSource, SourceInfo
 from affmon.tui.first_frame import (
     ENTER,
@@ -399,14 +399,15 @@ def test_ctrl_c_on_the_first_frame_puts_the_terminal_back():
 LATER = (
     "affmon.actions.",
     "affmon.tui.pinner",
-    "affmon.core.planner",
-    "affmon.core.need",
-    "affmon.core.findings",
-    "affmon.core.memory",
-    "affmon.core.own_threads",
-    "affmon.core.tick",
+    "affmon.core.plan.planner",
+    "affmon.core.plan.need",
+    "affmon.core.rules.evaluate",
+    "affmon.core.rules.cpu",
+    "affmon.core.rules.memory",
+    "affmon.core.rules.threads",
+    "affmon.core.rules.tick",
     "affmon.tui.model.monitor",
-    "affmon.core.recording",
+    "affmon.core.recording.format",
     "affmon.fleet.model",
     "textual",
     "rich",

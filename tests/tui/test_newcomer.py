@@ -16,7 +16,7 @@ from textual.widgets import Footer, Static
 from textual.widgets._footer import FooterKey
 
 from affmon.cli import build_parser
-from affmon.core.loop_report import LoopReport
+from affmon.core.rules.loop_report import LoopReport
 from affmon.tui.app import AffmonApp
 from affmon.tui.help import HelpScreen, help_renderable
 from affmon.tui.layout import pane_heights

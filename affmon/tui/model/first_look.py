@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from affmon.core.rates import Snapshot, gpu_rates, process_rates
-from affmon.core.rule_base import find_jobs
-from affmon.core.samples import Sample
-from affmon.core.topology import Topology
+from affmon.core.model.jobs import find_jobs
+from affmon.core.model.rates import Snapshot, gpu_rates, process_rates
+from affmon.core.model.samples import Sample
+from affmon.core.model.topology import Topology
 from affmon.sources.stream import SourceInfo
 from affmon.tui.model.process_detail import detailed
 from affmon.tui.model.views import HeaderView, View, core_groups, gpu_row, process_rows

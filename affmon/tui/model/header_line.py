@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from affmon.core.fmt import term_safe
+from affmon.core.text import term_safe
 from affmon.tui.model.views import HeaderView
 
 SEPARATOR = "  │  "

@@ -23,11 +23,12 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
-from affmon.core.findings import DEFAULT_THRESHOLDS, ExpectedMasks, FindingTracker, Thresholds
-from affmon.core.rates import Snapshot
-from affmon.core.samples import Sample
-from affmon.core.tick import Tick, advance, start
-from affmon.core.topology import Topology
+from affmon.core.model.rates import Snapshot
+from affmon.core.model.samples import Sample
+from affmon.core.model.topology import Topology
+from affmon.core.rules.base import DEFAULT_THRESHOLDS, ExpectedMasks, Thresholds
+from affmon.core.rules.evaluate import FindingTracker
+from affmon.core.rules.tick import Tick, advance, start
 from affmon.sources.stream import SourceInfo
 from affmon.tui.model.first_look import first_look, header_view
 from affmon.tui.model.process_detail import PLOTTED_SHARES, LoopHistory, TrackedHistory, detailed, loop_points
@@ -160,7 +161,7 @@ class Monitor:
         else:
             self._intervals.append(snapshot.interval_s)
         if self._window:
-            from affmon.core.need import for_need  # with the planner: loaded after the first frame
+            from affmon.core.plan.need import for_need
 
             self._window[-1] = for_need(self._window[-1])
         self._window.append(snapshot)

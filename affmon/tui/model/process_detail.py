@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from affmon.core.loop import CPU_WAIT, DATA_WAIT, GPU_WAIT, ON_CPU
-from affmon.core.loop_report import LoopReport
-from affmon.core.samples import NodeMemory, ProcessSample
+from affmon.core.model.loop import CPU_WAIT, DATA_WAIT, GPU_WAIT, ON_CPU
+from affmon.core.model.samples import NodeMemory, ProcessSample
+from affmon.core.rules.loop_report import LoopReport
 from affmon.tui.model.views import ProcessHistory, ProcessRow, Series
 
 # The shares the plot draws, in the order of its legend: what the loop waited for first.

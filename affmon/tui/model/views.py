@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from affmon.core.cpuset import EMPTY, CpuSet
-from affmon.core.fmt import term_safe
-from affmon.core.loop_report import LoopReport
-from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
-from affmon.core.rule_base import DEFAULT_THRESHOLDS, Finding, Job, Severity, demand, find_jobs
+from affmon.core.model.cpuset import EMPTY, CpuSet
+from affmon.core.model.jobs import Job, demand, find_jobs
+from affmon.core.model.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
+from affmon.core.rules.base import DEFAULT_THRESHOLDS, Finding, Severity
+from affmon.core.rules.loop_report import LoopReport
+from affmon.core.text import term_safe
 
 # Another process's CPU use on a CPU that makes it a contender there (findings.py uses
 # the same 20% for CONTENDED: Thresholds.other_busy_percent).

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from affmon.core import fmt
-from affmon.core.cpuset import CpuSet, format_cpulist
-from affmon.core.topology import Topology, format_gib
+from affmon.core.model.cpuset import CpuSet, format_cpulist
+from affmon.core.model.topology import Topology, format_gib
 from affmon.tui.model.views import CoreCell, CoreGroup, ProcessRow
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.quiet import QuietStatic

@@ -19,9 +19,10 @@ from rich.text import Text
 from textual.widget import Widget
 
 from affmon.core import fmt
-from affmon.core.findings import Finding
-from affmon.core.loop import CPU_WAIT, DATA_WAIT, GPU_WAIT, ON_CPU
-from affmon.core.samples import NodeMemory
+from affmon.core.model.loop import CPU_WAIT, DATA_WAIT, GPU_WAIT, ON_CPU
+from affmon.core.model.samples import NodeMemory
+from affmon.core.rules.base import Finding
+from affmon.core.text import term_safe
 from affmon.tui.model.process_detail import PLOTTED_SHARES, DetailedRow, LoopHistory, TrackedHistory
 from affmon.tui.model.views import ProcessHistory, ProcessRow, Series, ThreadRow
 from affmon.tui.palette import Palette
@@ -46,7 +47,7 @@ GIB = 1 << 30
 # Evidence shown in words elsewhere: the loop's line and shares (the loop line), the
 # advice (its own line), the workers' figures (in the message).
 _NOT_AS_EVIDENCE = ("also", "worst_threads", "others", "loop", "line", "advice", "workers", "budget", "stalled")
-# What an INPUT_BOUND's advice (``affmon.core.loop_findings.input_advice``) asks for.
+# What an INPUT_BOUND's advice (``affmon.core.rules.loop.input_advice``) asks for.
 _ADVICE = {
     "add_workers": "add DataLoader workers",
     "more_cpus": "give the job more CPUs",
@@ -69,7 +70,7 @@ def advice_text(advice: Any) -> str | None:
     if not isinstance(advice, dict):
         return None
     action = advice.get("action")
-    words = _ADVICE.get(action, fmt.term_safe(str(action))) if isinstance(action, str) else None
+    words = _ADVICE.get(action, term_safe(str(action))) if isinstance(action, str) else None
     if words is None:
         return None
     workers = advice.get("workers")
@@ -87,22 +88,20 @@ def _evidence(value: Any) -> str:
     if isinstance(value, list) and value and all(isinstance(v, dict) and "tid" in v for v in value):
         # CONFINED_THREAD's threads: "1234 main loop on 0 (wait 0.13)"
         return "; ".join(
-            fmt.term_safe(f"{v['tid']} {v.get('role', '')} on {v.get('mask', '?')} (wait {v.get('wait_ratio')})")
+            term_safe(f"{v['tid']} {v.get('role', '')} on {v.get('mask', '?')} (wait {v.get('wait_ratio')})")
             for v in value[:6]
         )
     if isinstance(value, list) and value and all(isinstance(v, dict) and "busy_threads" in v for v in value):
         # OVERSUBSCRIBED's processes: "1234 main process 15 busy"
-        return "; ".join(
-            fmt.term_safe(f"{v.get('pid')} {v.get('role', '')} {v['busy_threads']} busy") for v in value[:6]
-        )
+        return "; ".join(term_safe(f"{v.get('pid')} {v.get('role', '')} {v['busy_threads']} busy") for v in value[:6])
     if isinstance(value, list) and value and all(isinstance(v, dict) and "place" in v for v in value):
         # LOOP_BOUND's where: "62% train_step (train.py); 20% ..."
-        return "; ".join(fmt.term_safe(f"{float(v.get('share') or 0):.0%} {v['place']}") for v in value[:5])
+        return "; ".join(term_safe(f"{float(v.get('share') or 0):.0%} {v['place']}") for v in value[:5])
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, list | dict):
         return json.dumps(value, separators=(", ", ": "))  # ensure_ascii: no control character survives
-    return fmt.term_safe(str(value))
+    return term_safe(str(value))
 
 
 class Hanging(Text):
@@ -188,12 +187,12 @@ class _Lines:
 def _place(out: _Lines, row: DetailedRow, p: Palette) -> None:
     """What placed it, where its memory is, and its training loop: a line each."""
     if row.context:
-        out.labelled("placed by ", p.muted, fmt.term_safe(row.context))
+        out.labelled("placed by ", p.muted, term_safe(row.context))
     if row.memory is not None:
         out.labelled("memory ", p.muted, memory_text(row.memory))
     loop = row.loop
     if loop is not None:
-        line = out.labelled("loop ", p.muted, fmt.term_safe(loop.line))
+        line = out.labelled("loop ", p.muted, term_safe(loop.line))
         if loop.verdict:
             line.append(f"  {loop.verdict.replace('_', ' ')}", style="bold")
 
@@ -209,7 +208,7 @@ def _finding(out: _Lines, f: Finding, row: ProcessRow, p: Palette) -> None:
     line.append(f"{str(f.severity).upper()} {f.code}", style=f"bold {color}")
     if f.pid is not None and f.pid != row.pid:
         line.append(f" (job {f.pid})", style=p.muted)
-    out.line().append(f"  {fmt.term_safe(f.message)}")
+    out.line().append(f"  {term_safe(f.message)}")
     shown = {k: v for k, v in f.evidence.items() if k not in _NOT_AS_EVIDENCE}
     if shown:
         out.line().append("  " + "  ".join(f"{k}={_evidence(v)}" for k, v in shown.items()), style=p.muted)
@@ -218,18 +217,16 @@ def _finding(out: _Lines, f: Finding, row: ProcessRow, p: Palette) -> None:
         out.labelled("  advice: ", p.muted, advice, p.success)
     others = f.evidence.get("others")
     if isinstance(others, list) and others:
-        names = ", ".join(
-            fmt.term_safe(f"{o['pid']} {o['name']} {o['cpu_percent']}% on {o['cpus']}") for o in others[:6]
-        )
+        names = ", ".join(term_safe(f"{o['pid']} {o['name']} {o['cpu_percent']}% on {o['cpus']}") for o in others[:6])
         more = f" and {len(others) - 6} more" if len(others) > 6 else ""
         out.labelled("  others: ", p.muted, f"{names}{more}", p.muted)
     if f.remedy:
-        out.labelled("  what to change: ", p.muted, fmt.term_safe(f.remedy), p.success)
+        out.labelled("  what to change: ", p.muted, term_safe(f.remedy), p.success)
     if f.suggestion and f.suggestion.get("no_change"):
-        out.labelled("  no pin: ", p.muted, fmt.term_safe(str(f.suggestion.get("no_change"))), p.muted)
+        out.labelled("  no pin: ", p.muted, term_safe(str(f.suggestion.get("no_change"))), p.muted)
     elif f.suggestion:
         line = out.line()
-        line.append(fmt.term_safe(f"  suggested CPUs {f.suggestion.get('cpus')}"), style=p.success)
+        line.append(term_safe(f"  suggested CPUs {f.suggestion.get('cpus')}"), style=p.success)
         line.append(" · press r to review and apply", style=p.muted)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from rich.text import Text
 
 from affmon.core import fmt
+from affmon.core.text import term_safe
 from affmon.tui.model.views import GpuHistory, GpuRow
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.plot import LazyPlot
@@ -90,7 +91,7 @@ class GpuPanel(QuietStatic):
             return
         self._built = inputs
         if not gpus:
-            self.put(Text(fmt.term_safe(nvml_status or "no GPUs"), style=p.muted))
+            self.put(Text(term_safe(nvml_status or "no GPUs"), style=p.muted))
             return
         self.put(gpu_lines(gpus, p, compact=0 < self.size.width < COMPACT_BELOW))
 

@@ -15,6 +15,7 @@ from rich.text import Text
 from textual import events
 
 from affmon.core import fmt
+from affmon.core.text import term_safe
 from affmon.tui.model.process_detail import DetailedRow
 from affmon.tui.model.table import TableRow
 from affmon.tui.model.views import ProcessRow, ThreadRow, loop_word, shown_role
@@ -146,7 +147,7 @@ def name_text(row: TableRow, p: Palette, job_colors: dict[int, str]) -> Text:
         name.append(f" {role}", style=p.muted)
     context = proc.context if isinstance(proc, DetailedRow) else None
     if context:  # a rank's environment wrote it: escaped like a name
-        name.append(f" [{fmt.term_safe(context)}]", style=p.muted)
+        name.append(f" [{term_safe(context)}]", style=p.muted)
     return name
 
 

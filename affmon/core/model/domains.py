@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from affmon.core.cpuset import EMPTY, CpuSet, format_cpulist
-from affmon.core.fmt import term_safe
-from affmon.core.topology import NumaNode, Topology, normalize_bus_id
+from affmon.core.model.cpuset import EMPTY, CpuSet, format_cpulist
+from affmon.core.model.topology import NumaNode, Topology, normalize_bus_id
+from affmon.core.text import term_safe
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@ the topology and what the ranks' environments say, and returns each rank's GPU, 
 mask, the plan for that GPU (``plan_machine``) and what differs, so that a launcher's
 mistake is caught while the job runs rather than read off its throughput. Pure.
 
-Which processes are ranks and which GPU each uses: ``affmon.core.audit_ranks``.
+Which processes are ranks and which GPU each uses: ``affmon.core.plan.audit_ranks``.
 
 Off plan (``off plan``, exit status 1), for each rank:
 
@@ -28,13 +28,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from affmon.core.audit_ranks import RankEnv, RankProcess, rank_processes
-from affmon.core.cpuset import EMPTY, CpuSet
-from affmon.core.domains import allowed_pool, core_units, fmt_cpus, gpu_domain, nodes_phrase, plural, union
-from affmon.core.fmt import term_safe
-from affmon.core.planner import RankPlan, plan_machine
-from affmon.core.samples import Sample
-from affmon.core.topology import Topology
+from affmon.core.model.cpuset import EMPTY, CpuSet
+from affmon.core.model.domains import allowed_pool, core_units, fmt_cpus, gpu_domain, nodes_phrase, plural, union
+from affmon.core.model.samples import Sample
+from affmon.core.model.topology import Topology
+from affmon.core.plan.audit_ranks import RankEnv, RankProcess, rank_processes
+from affmon.core.plan.planner import RankPlan, plan_machine
+from affmon.core.text import term_safe
 
 ON_PLAN = "on plan"
 EQUIVALENT = "equivalent"

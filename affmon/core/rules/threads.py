@@ -30,24 +30,22 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from affmon.core.cpuset import CpuSet, format_cpulist
-from affmon.core.domains import plural
-from affmon.core.fmt import term_safe
-from affmon.core.rates import ProcessRates, Snapshot, ThreadRates
-from affmon.core.rule_base import (
-    Context,
+from affmon.core.model.cpuset import CpuSet, format_cpulist
+from affmon.core.model.domains import plural
+from affmon.core.model.jobs import Job, demand, wait_ratio
+from affmon.core.model.rates import ProcessRates, Snapshot, ThreadRates
+from affmon.core.model.topology import Topology
+from affmon.core.rules.base import (
     Finding,
-    Job,
+    RuleInputs,
     Severity,
     Thresholds,
     busy_threads,
-    demand,
     rounded,
     tids_of,
     turn_groups,
-    wait_ratio,
 )
-from affmon.core.topology import Topology
+from affmon.core.text import term_safe
 
 MAIN_LOOP = "main loop"
 WORKER = "DataLoader worker"
@@ -147,7 +145,7 @@ def _remedy(job: Job, busy_by_pid: dict[int, int], budget: ThreadBudget) -> str:
     )
 
 
-def rule_oversubscribed(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
+def rule_oversubscribed(job: Job, snap: Snapshot, ctx: RuleInputs) -> list[Finding]:
     t = ctx.thresholds
     pool = pool_of(job, ctx.topology)
     if not pool:
@@ -255,7 +253,7 @@ def restores_only(job: Job, snap: Snapshot, t: Thresholds, topology: Topology) -
     return confined if confined and _healthy_elsewhere(job, snap, t, confined) else []
 
 
-def rule_confined_thread(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
+def rule_confined_thread(job: Job, snap: Snapshot, ctx: RuleInputs) -> list[Finding]:
     t = ctx.thresholds
     confined = confined_threads(job, snap, t, ctx.topology)
     if not confined:
@@ -297,7 +295,7 @@ def rule_confined_thread(job: Job, snap: Snapshot, ctx: Context) -> list[Finding
 # -- threads that take turns on the GIL -------------------------------------------------
 
 
-def rule_gil_bound(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
+def rule_gil_bound(job: Job, snap: Snapshot, ctx: RuleInputs) -> list[Finding]:
     """Threads of a python process of the job that take turns on the GIL (``turn_groups``):
     together they can use about one CPU however many they are given, and their wait is the
     lock's hand-over. The cure is work outside the GIL, not CPUs."""

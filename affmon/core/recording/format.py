@@ -5,8 +5,8 @@ Line 1 is a header: ``{"affmon_recording": 1, "topology": {...}, "host": ..., "n
 "interval_s": ...}``; every following line is ``{"sample": {...}}``, one tick. CPU sets
 are kernel cpulists. Readers refuse other versions with a one-line ``ParseError``. Keys added
 since version 1 (``cpu_ns``, ``threads_read``, a probed process's ``loop`` window:
-``affmon.core.recording_loop``; ``memory`` and ``context``:
-``affmon.core.recording_extras``) are optional: older recordings read without them.
+``affmon.core.recording.loop``; ``memory`` and ``context``:
+``affmon.core.recording.extras``) are optional: older recordings read without them.
 
 A recording keeps the command lines of the watched processes only (``private_sample``):
 the other processes are sampled as evidence of what else runs on the job's CPUs, and
@@ -17,7 +17,7 @@ A live sample is bounded by the kernel; a file is not, so a sample is bounded wh
 read (``MAX_THREADS_PER_PROCESS``, ``MAX_ROWS_PER_SAMPLE``, ``MAX_MASK_CPUS_PER_SAMPLE``),
 and one over a bound is refused with one ``ParseError`` naming its line before any of its
 rows is made a ``ThreadSample``. The line itself is decoded whole first, within the line
-cap of ``affmon.core.lines``: refusing a 61 MB line of 950,000 thread rows peaks at
+cap of ``affmon.core.recording.lines``: refusing a 61 MB line of 950,000 thread rows peaks at
 560 MB and takes 2.5 s (``affmon audit --replay``; it took 14 s and 1.4 GB to read it).
 """
 
@@ -28,9 +28,21 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from affmon.core.cpuset import CpuSet, format_cpulist, parse_cpulist
 from affmon.core.errors import ParseError
-from affmon.core.json_values import (
+from affmon.core.model.cpuset import CpuSet, format_cpulist, parse_cpulist
+from affmon.core.model.samples import GpuProcess, GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
+from affmon.core.model.topology import (
+    MAX_NODE_MEMORY_BYTES,
+    CacheGroup,
+    Core,
+    Gpu,
+    NumaNode,
+    Package,
+    Topology,
+    distance_problem,
+)
+from affmon.core.recording.extras import context_from_json, context_to_json, memory_from_json, memory_to_json
+from affmon.core.recording.json_values import (
     read_bool,
     read_dict,
     read_float,
@@ -41,19 +53,7 @@ from affmon.core.json_values import (
     read_opt_str,
     read_str,
 )
-from affmon.core.recording_extras import context_from_json, context_to_json, memory_from_json, memory_to_json
-from affmon.core.recording_loop import window_from_json, window_to_json
-from affmon.core.samples import GpuProcess, GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
-from affmon.core.topology import (
-    MAX_NODE_MEMORY_BYTES,
-    CacheGroup,
-    Core,
-    Gpu,
-    NumaNode,
-    Package,
-    Topology,
-    distance_problem,
-)
+from affmon.core.recording.loop import window_from_json, window_to_json
 
 FORMAT_VERSION = 1
 

@@ -38,8 +38,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from affmon.core.cpuset import EMPTY, CpuSet
-from affmon.core.domains import (
+from affmon.core.model.cpuset import EMPTY, CpuSet
+from affmon.core.model.domains import (
     CoreUnits,
     Domain,
     allowed_pool,
@@ -53,9 +53,9 @@ from affmon.core.domains import (
     plural,
     union,
 )
-from affmon.core.fmt import term_safe
-from affmon.core.l3_shares import rank_shares
-from affmon.core.topology import Topology, normalize_bus_id
+from affmon.core.model.topology import Topology, normalize_bus_id
+from affmon.core.plan.l3_shares import rank_shares
+from affmon.core.text import term_safe
 
 # A process using less than this (percent of one CPU) is noise, not a tenant to move: the
 # floor below which ``findings`` counts no thread as a contender (``neighbour_floor_percent``),

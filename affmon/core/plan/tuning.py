@@ -29,11 +29,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from affmon.core.cpuset import CpuSet
-from affmon.core.domains import core_units, fmt_cpus
-from affmon.core.placements import Placement
-from affmon.core.rates import Snapshot
-from affmon.core.topology import Topology
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.model.domains import core_units, fmt_cpus
+from affmon.core.model.rates import Snapshot
+from affmon.core.model.topology import Topology
+from affmon.core.plan.placements import Placement
 
 ScoreKind = Literal["gpu", "cpu"]
 SCORE_UNITS: dict[ScoreKind, str] = {"gpu": "GPU util %", "cpu": "CPUs of run time"}

@@ -23,9 +23,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
-from affmon.core.cpuset import CpuSet
-from affmon.core.samples import GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
-from affmon.core.topology import Topology
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.model.samples import GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
+from affmon.core.model.topology import Topology
 
 
 @dataclass(frozen=True, slots=True)

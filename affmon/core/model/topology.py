@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from affmon.core.cpuset import EMPTY, CpuSet, format_cpulist
+from affmon.core.model.cpuset import EMPTY, CpuSet, format_cpulist
 
 NVIDIA_VENDOR_ID = 0x10DE
 AMD_VENDOR_ID = 0x1002

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from affmon.core.context import Context
-from affmon.core.cpuset import CpuSet
-from affmon.core.loop import LoopWindow
+from affmon.core.model.context import Context
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.model.loop import LoopWindow
 
 
 @dataclass(frozen=True)

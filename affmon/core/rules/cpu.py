@@ -21,66 +21,34 @@ Migrations and involuntary switches alone are never a finding: a healthy job pin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from affmon.core.cpuset import CpuSet, format_cpulist, in_cpuset
-from affmon.core.domains import plural
-from affmon.core.fmt import term_safe
-from affmon.core.memory import rule_remote_memory
-from affmon.core.own_threads import job_cpus, pool_of, rule_confined_thread, rule_gil_bound, rule_oversubscribed
-from affmon.core.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
-from affmon.core.rule_base import (
-    DEFAULT_THRESHOLDS,
-    Context,
+from affmon.core.model.cpuset import CpuSet, format_cpulist, in_cpuset
+from affmon.core.model.domains import plural
+from affmon.core.model.jobs import Job, demand, job_gpus, wait_ratio
+from affmon.core.model.rates import ProcessRates, Snapshot, ThreadRates
+from affmon.core.model.topology import Topology
+from affmon.core.rules.base import (
     CutShort,
-    ExpectedMasks,
     ExpectedPins,
     Finding,
-    Job,
+    RuleInputs,
     Severity,
     Thresholds,
     busy_threads,
-    demand,
-    find_jobs,
-    job_gpus,
     merge_same_code,
     rounded,
     severity_of,
     tids_of,
-    wait_ratio,
 )
-from affmon.core.samples import NodeMemory
-from affmon.core.topology import Topology
-
-__all__ = [
-    "DEFAULT_THRESHOLDS",
-    "BusyThreads",
-    "Context",
-    "CutShort",
-    "ExpectedMasks",
-    "ExpectedPins",
-    "Finding",
-    "FindingTracker",
-    "Job",
-    "Neighbours",
-    "Severity",
-    "Thresholds",
-    "busy_threads",
-    "demand",
-    "evaluate",
-    "exit_status",
-    "find_jobs",
-    "job_gpus",
-    "wait_ratio",
-]
-
+from affmon.core.rules.threads import job_cpus, pool_of
+from affmon.core.text import term_safe
 
 # -- the rules ---------------------------------------------------------------------------
 
 
-def rule_starved(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
+def rule_starved(job: Job, snap: Snapshot, ctx: RuleInputs) -> list[Finding]:
     t = ctx.thresholds
     busy = busy_threads(job, snap.interval_s, t)
     ratio = wait_ratio(th for _, th in busy)
@@ -113,7 +81,7 @@ def rule_starved(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
     ]
 
 
-def rule_mask_too_narrow(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
+def rule_mask_too_narrow(job: Job, snap: Snapshot, ctx: RuleInputs) -> list[Finding]:
     t = ctx.thresholds
     busy = busy_threads(job, snap.interval_s, t)
     by_mask: dict[CpuSet, list[tuple[ProcessRates, ThreadRates]]] = {}
@@ -254,7 +222,7 @@ def _pinned(p: ProcessRates, topology: Topology) -> CpuSet | None:
 
 
 def rule_contended(
-    job: Job, snap: Snapshot, ctx: Context, jobs: Sequence[Job], everyone: Neighbours | None = None
+    job: Job, snap: Snapshot, ctx: RuleInputs, jobs: Sequence[Job], everyone: Neighbours | None = None
 ) -> list[Finding]:
     t = ctx.thresholds
     findings = []
@@ -306,7 +274,7 @@ def rule_contended(
     return merge_same_code(findings)
 
 
-def rule_cross_numa(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
+def rule_cross_numa(job: Job, snap: Snapshot, ctx: RuleInputs) -> list[Finding]:
     topo = ctx.topology
     if len(topo.cpu_numa_nodes) < 2 or not job.training:
         return []
@@ -369,76 +337,7 @@ def rule_cross_numa(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
     return merge_same_code(findings)
 
 
-def rule_gpu_starved(job: Job, snap: Snapshot, ctx: Context) -> list[Finding]:
-    if not job.training:
-        return []
-    t = ctx.thresholds
-    busy = busy_threads(job, snap.interval_s, t)
-    ratio = wait_ratio(th for _, th in busy) or 0.0
-    main = job.root.sample.main_thread
-    main_rates = next((th for th in job.root.threads if main and th.sample.tid == main.tid), None)
-    main_percent = main_rates.cpu_percent if main_rates and main_rates.cpu_percent is not None else 0.0
-    mask = main.allowed_cpus if main else None
-    wanted = sum(demand(th, snap.interval_s) for _, th in busy)
-    saturated = main_percent >= 90 or (mask is not None and wanted >= 0.9 * len(mask))
-    starved = ratio >= t.starved_warn
-    if not (saturated or starved):
-        return []
-    findings = []
-    for gpu in job_gpus(job, snap):
-        util = gpu.sample.util_percent
-        if util is None or gpu.sample.lost or util >= t.gpu_util_low:
-            continue
-        why = f"its CPU threads wait {ratio:.0%} of the time" if starved else "its CPU side is saturated"
-        findings.append(
-            Finding(
-                "GPU_STARVED",
-                Severity.BAD if util < t.gpu_util_low / 2 and starved else Severity.WARN,
-                job.pid,
-                tids_of(busy),
-                f"GPU {gpu.sample.index} is only {util}% busy while {why}: the GPU waits for the CPU side",
-                {
-                    "gpu": gpu.sample.index,
-                    "util_percent": util,
-                    "wait_ratio": rounded(ratio, 3),
-                    "main_thread_cpu_percent": rounded(main_percent, 1),
-                    "demand_cpus": rounded(wanted),
-                    "cpus_in_mask": None if mask is None else len(mask),
-                },
-            )
-        )
-    return merge_same_code(findings)
-
-
-def rule_pcie_degraded(gpu: GpuRates, t: Thresholds) -> Finding | None:
-    link = gpu.link
-    traffic = (gpu.pcie_rx_bytes_per_s or 0) + (gpu.pcie_tx_bytes_per_s or 0)
-    if traffic < t.pcie_traffic_bytes_per_s or gpu.sample.lost:
-        return None
-    slow_gen = link.gen is not None and link.max_gen is not None and link.gen < link.max_gen
-    narrow = link.width is not None and link.max_width is not None and link.width < link.max_width
-    if not (slow_gen or narrow):
-        return None
-    return Finding(
-        "PCIE_DEGRADED",
-        Severity.WARN,
-        None,
-        (),
-        f"GPU {gpu.sample.index}'s PCIe link runs at gen {link.gen} x{link.width}, below its gen "
-        f"{link.max_gen} x{link.max_width}, while moving {traffic / 1e6:.0f} MB/s",
-        {
-            "gpu": gpu.sample.index,
-            "pci_bus_id": gpu.sample.pci_bus_id,
-            "gen": link.gen,
-            "width": link.width,
-            "max_gen": link.max_gen,
-            "max_width": link.max_width,
-            "traffic_bytes_per_s": round(traffic),
-        },
-    )
-
-
-def rule_affinity_drift(job: Job, ctx: Context) -> list[Finding]:
+def rule_affinity_drift(job: Job, ctx: RuleInputs) -> list[Finding]:
     findings = []
     cut_short = ctx.expected_masks.cut_short if isinstance(ctx.expected_masks, ExpectedPins) else {}
     for member in job.members:
@@ -496,89 +395,3 @@ def _cut_short(job: Job, member: ProcessRates, cut: CutShort) -> list[Finding]:
             remedy=f"{again}: it finishes the pin's undo (the journal entry is pending)",
         )
     ]
-
-
-def evaluate(snapshot: Snapshot, ctx: Context) -> list[Finding]:
-    """Every rule on one interval, before debouncing."""
-    jobs = find_jobs(snapshot)
-    findings: list[Finding] = []
-    everyone = Neighbours(snapshot, ctx.thresholds)
-    for job in jobs:
-        findings += rule_starved(job, snapshot, ctx)
-        findings += rule_mask_too_narrow(job, snapshot, ctx)
-        findings += rule_oversubscribed(job, snapshot, ctx)
-        findings += rule_confined_thread(job, snapshot, ctx)
-        findings += rule_gil_bound(job, snapshot, ctx)
-        findings += rule_contended(job, snapshot, ctx, jobs, everyone)
-        findings += rule_cross_numa(job, snapshot, ctx)
-        findings += rule_gpu_starved(job, snapshot, ctx)
-        findings += rule_affinity_drift(job, ctx)
-        findings += rule_remote_memory(job, snapshot.topology, _memory_of)
-    users = {i: job.pid for job in jobs for m in job.members for i in m.sample.gpu_indices}
-    for gpu in snapshot.gpus:
-        found = rule_pcie_degraded(gpu, ctx.thresholds)
-        if found is not None:
-            findings.append(replace(found, pid=users.get(gpu.sample.index)))
-    return _merge_by_key(findings)
-
-
-def _merge_by_key(findings: list[Finding]) -> list[Finding]:
-    groups: dict[tuple[str, int | None], list[Finding]] = {}
-    for f in findings:
-        groups.setdefault(f.key, []).append(f)
-    merged = []
-    for group in groups.values():
-        merged += merge_same_code(group)
-    return sorted(merged, key=lambda f: (-f.severity, f.pid or 0, f.code))
-
-
-# -- debouncing ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Track:
-    hits: int
-    clean: int
-    active: bool
-    last: Finding
-
-
-@dataclass(frozen=True)
-class FindingTracker:
-    """Raise a finding after ``raise_after`` consecutive intervals, clear it after
-    ``clear_after`` clean ones. Immutable: ``update`` returns the next tracker."""
-
-    thresholds: Thresholds = DEFAULT_THRESHOLDS
-    tracks: Mapping[tuple[str, int | None], _Track] = field(default_factory=dict)
-
-    def update(self, findings: Sequence[Finding]) -> FindingTracker:
-        t = self.thresholds
-        now = {f.key: f for f in findings}
-        tracks: dict[tuple[str, int | None], _Track] = {}
-        for key, f in now.items():
-            old = self.tracks.get(key)
-            hits = (old.hits if old else 0) + 1
-            active = (old.active if old else False) or hits >= t.raise_after
-            tracks[key] = _Track(hits, 0, active, f)
-        for key, old in self.tracks.items():
-            if key in now:
-                continue
-            clean = old.clean + 1
-            if old.active and clean < t.clear_after:
-                tracks[key] = _Track(0, clean, True, old.last)
-        return FindingTracker(t, tracks)
-
-    @property
-    def active(self) -> list[Finding]:
-        """Raised findings, worst first; a clearing one shows its last evidence."""
-        found = [tr.last for tr in self.tracks.values() if tr.active]
-        return sorted(found, key=lambda f: (-f.severity, f.pid or 0, f.code))
-
-
-def exit_status(findings: Iterable[Finding]) -> int:
-    """``affmon diagnose``'s exit status: 1 when any finding is warn or bad."""
-    return 1 if any(f.severity >= Severity.WARN for f in findings) else 0
-
-
-def _memory_of(p: ProcessRates) -> NodeMemory | None:
-    return p.sample.memory

@@ -3,7 +3,7 @@ what placed it (``context``). Both are absent from recordings made before they w
 sampled, and from processes they were not read for; readers refuse malformed ones (a
 value of the wrong type) with one ``ParseError``.
 
-A context value out of the bounds ``affmon.core.context`` keeps (text over 64
+A context value out of the bounds ``affmon.core.model.context`` keeps (text over 64
 characters, a job id that is not Slurm's, a rank over 999,999, a scheduler this affmon
 does not know) is read as unknown (None): one process's context, which a user can steer
 with a cgroup name, never makes the whole recording unreadable."""
@@ -12,18 +12,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from affmon.core.context import (
-    NUMA_BINDING_MODES,
-    Context,
-    bounded_int,
-    bounded_text,
-    slurm_job_id,
-    slurm_step,
-)
-from affmon.core.cpuset import MAX_CPU_ID
 from affmon.core.errors import ParseError
-from affmon.core.json_values import read_bool, read_dict, read_int, read_list, read_opt_int, read_opt_str
-from affmon.core.samples import NodeMemory
+from affmon.core.model.context import NUMA_BINDING_MODES, Context, bounded_int, bounded_text, slurm_job_id, slurm_step
+from affmon.core.model.cpuset import MAX_CPU_ID
+from affmon.core.model.samples import NodeMemory
+from affmon.core.recording.json_values import (
+    read_bool,
+    read_dict,
+    read_int,
+    read_list,
+    read_opt_int,
+    read_opt_str,
+)
 
 _SCHEDULERS = ("slurm", "kubernetes")
 _QOS = ("guaranteed", "burstable", "besteffort")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from affmon.core.cpuset import CpuSet, format_cpulist
+from affmon.core.model.cpuset import CpuSet, format_cpulist
 
 
 @dataclass(frozen=True)

@@ -10,27 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from affmon.core.cpuset import CpuSet, format_cpulist
-from affmon.core.domains import allowed_pool, gpu_domain
-from affmon.core.findings import (
-    DEFAULT_THRESHOLDS,
-    Context,
-    Finding,
-    Job,
-    Neighbours,
-    Thresholds,
-    busy_threads,
-    evaluate,
-    find_jobs,
-)
-from affmon.core.isolation import Candidate, left_alone
-from affmon.core.need import JobNeed, job_need, window_for
-from affmon.core.own_threads import Confined, job_cpus, restores_only
-from affmon.core.placements import Placement, placements
-from affmon.core.planner import Occupant, Suggestion, suggest
-from affmon.core.rates import ProcessRates, Snapshot
-from affmon.core.samples import ThreadSample
-from affmon.core.topology import Topology
+from affmon.core.model.cpuset import CpuSet, format_cpulist
+from affmon.core.model.domains import allowed_pool, gpu_domain
+from affmon.core.model.jobs import Job, find_jobs
+from affmon.core.model.rates import ProcessRates, Snapshot
+from affmon.core.model.samples import ThreadSample
+from affmon.core.model.topology import Topology
+from affmon.core.plan.isolation import Candidate, left_alone
+from affmon.core.plan.need import JobNeed, job_need, window_for
+from affmon.core.plan.placements import Placement, placements
+from affmon.core.plan.planner import Occupant, Suggestion, suggest
+from affmon.core.rules.base import DEFAULT_THRESHOLDS, Finding, RuleInputs, Thresholds, busy_threads
+from affmon.core.rules.cpu import Neighbours
+from affmon.core.rules.evaluate import evaluate
+from affmon.core.rules.threads import Confined, job_cpus, restores_only
 
 # Findings a core set may cure (where the suggestion changes nothing, it says so: "no_change").
 # GPU_STARVED is a symptom: where its CPU side waits, STARVED or CONTENDED carry the core set;
@@ -336,7 +329,7 @@ def propose_pin(
     """The pin ``affmon pin ROOT --suggest --with-children`` would make for the job that
     ``pid`` belongs to (or for ``pid`` alone when it is in no job); None when it is gone.
     With ``my_uid`` (the user who would pin), the busy processes ``isolate`` must leave
-    alone (``affmon.core.isolation``) are set apart from those it would move;
+    alone (``affmon.core.plan.isolation``) are set apart from those it would move;
     ``moved_by_affmon``: (PID, start) of processes an earlier affmon isolate narrowed,
     whose narrow mask is therefore no one's decision; ``window``: the recent snapshots
     (oldest first) the job is sized over. ``judge`` (job PID, PID, start) says why a process
@@ -379,7 +372,9 @@ def propose_pin(
         self_pinned=self_pinned_threads(snapshot, move_off, suggestion.cpus),
         no_change=(INIT_IS_NO_JOB if job.pid == 1 else None)
         or unchanged_by(job, suggestion.cpus, [o.pid for o in on_cpus], snapshot.topology)
-        or (None if placement_cures(evaluate(snapshot, Context(snapshot.topology, t)), job.pid) else NOTHING_TO_PLACE),
+        or (
+            None if placement_cures(evaluate(snapshot, RuleInputs(snapshot.topology, t)), job.pid) else NOTHING_TO_PLACE
+        ),
     )
 
 

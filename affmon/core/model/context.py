@@ -32,8 +32,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from affmon.core.cpuset import CpuSet, parse_cpulist
 from affmon.core.errors import ParseError
+from affmon.core.model.cpuset import CpuSet, parse_cpulist
 
 MAX_VALUE_CHARS = 64
 # Slurm's job and step ids are 32-bit numbers (10 digits at most); a step may also be

@@ -1,7 +1,7 @@
 """Is the GPU idle because of its input or its loop? Rules on a loop breakdown.
 
-Pure functions of a ``LoopBreakdown`` (``affmon.core.loop``) and what was seen of the
-rank's DataLoader workers; they return ``affmon.core.findings.Finding`` values, so the
+Pure functions of a ``LoopBreakdown`` (``affmon.core.model.loop``) and what was seen of the
+rank's DataLoader workers; they return ``affmon.core.rules.base.Finding`` values, so the
 same debouncing (``FindingTracker``) applies.
 
 * ``INPUT_BOUND``: the GPU is mostly idle while the loop waits for data. The advice comes
@@ -26,9 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from affmon.core.domains import plural
-from affmon.core.fmt import term_safe
-from affmon.core.loop import (
+from affmon.core.model.domains import plural
+from affmon.core.model.loop import (
     CPU_WAIT,
     DATA_WAIT,
     GPU_WAIT,
@@ -42,7 +41,8 @@ from affmon.core.loop import (
     WorkerStats,
     describe,
 )
-from affmon.core.rule_base import Finding, Severity
+from affmon.core.rules.base import Finding, Severity
+from affmon.core.text import term_safe
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from affmon.core.cpuset import CpuSet
-from affmon.core.domains import even_split, plural, slices
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.model.domains import even_split, plural, slices
 
 Share = Sequence[CpuSet]
 

@@ -3,7 +3,7 @@ probe watches, the breakdown of each over an interval beside its GPUs' busy shar
 findings it raises. Pure: takes samples and snapshots, returns values.
 
 The probe's raw window rides on the sample (``ProcessSample.loop``), so a replay computes
-all of this again from a recording; ``affmon.core.tick`` calls ``loop_reports`` and
+all of this again from a recording; ``affmon.core.rules.tick`` calls ``loop_reports`` and
 ``loop_findings`` once per interval and keeps the reports on the ``Tick``.
 """
 
@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from affmon.core.loop import SHARES, LoopBreakdown, LoopWindow, breakdown, describe, merge_windows
-from affmon.core.loop_findings import DEFAULT_LOOP_THRESHOLDS, LoopThresholds, evaluate_loop, top_places, verdict
-from affmon.core.rates import Snapshot
-from affmon.core.rule_base import Finding
-from affmon.core.samples import ProcessSample, Sample
+from affmon.core.model.loop import SHARES, LoopBreakdown, LoopWindow, breakdown, describe, merge_windows
+from affmon.core.model.rates import Snapshot
+from affmon.core.model.samples import ProcessSample, Sample
+from affmon.core.rules.base import Finding
+from affmon.core.rules.loop import DEFAULT_LOOP_THRESHOLDS, LoopThresholds, evaluate_loop, top_places, verdict
 
 MAX_LOOPS = 16  # loops probed at once: a node's ranks (8 GPUs), with room for --pid ones
 

@@ -27,12 +27,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from affmon.core.domains import plural
-from affmon.core.findings import DEFAULT_THRESHOLDS, Job, Thresholds, demand
-from affmon.core.fmt import term_safe
-from affmon.core.planner import DEMAND_HEADROOM
-from affmon.core.rates import Snapshot, ThreadRates
-from affmon.core.rule_base import turn_groups
+from affmon.core.model.domains import plural
+from affmon.core.model.jobs import Job, demand
+from affmon.core.model.rates import Snapshot, ThreadRates
+from affmon.core.plan.planner import DEMAND_HEADROOM
+from affmon.core.rules.base import DEFAULT_THRESHOLDS, Thresholds, turn_groups
+from affmon.core.text import term_safe
 
 
 @dataclass(frozen=True, slots=True)

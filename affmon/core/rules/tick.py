@@ -2,7 +2,7 @@
 debounced over the intervals so far, jobs). The monitor, the exporter and ``diagnose`` loop
 over ``advance``; what each shows of a tick is its own business. Pure.
 
-The training loop's breakdown (``affmon.core.loop_report``) is part of the tick: each
+The training loop's breakdown (``affmon.core.rules.loop_report``) is part of the tick: each
 process the loop probe covered gets a ``LoopReport`` of the interval (``Tick.loops``), and
 its INPUT_BOUND and LOOP_BOUND findings are debounced with the others.
 
@@ -16,21 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from affmon.core.findings import (
-    DEFAULT_THRESHOLDS,
-    Context,
-    ExpectedMasks,
-    Finding,
-    FindingTracker,
-    Job,
-    Thresholds,
-    evaluate,
-    find_jobs,
-)
-from affmon.core.loop_report import LoopReport, loop_findings, loop_reports
-from affmon.core.rates import Snapshot, make_snapshot
-from affmon.core.samples import Sample
-from affmon.core.topology import Topology
+from affmon.core.model.jobs import Job, find_jobs
+from affmon.core.model.rates import Snapshot, make_snapshot
+from affmon.core.model.samples import Sample
+from affmon.core.model.topology import Topology
+from affmon.core.rules.base import DEFAULT_THRESHOLDS, ExpectedMasks, Finding, RuleInputs, Thresholds
+from affmon.core.rules.evaluate import FindingTracker, evaluate
+from affmon.core.rules.loop_report import LoopReport, loop_reports
 
 
 @dataclass(frozen=True)
@@ -69,11 +61,9 @@ def advance(state: Tick, sample: Sample, expected_masks: ExpectedMasks | None = 
     if previous is None or sample.monotonic_s <= previous.monotonic_s:
         return taken
     snapshot = make_snapshot(previous, sample, state.topology, before=state.snapshot)
-    found = evaluate(
-        snapshot, Context(state.topology, state.thresholds, {} if expected_masks is None else expected_masks)
-    )
     loops = loop_reports(snapshot)
-    found = _worst_first(reconciled(found + loop_findings(loops)))
+    inputs = RuleInputs(state.topology, state.thresholds, {} if expected_masks is None else expected_masks)
+    found = evaluate(snapshot, inputs, loops)
     tracker = _prune(state.tracker.update(found), {p.pid for p in sample.processes})
     return replace(
         taken,
@@ -84,45 +74,6 @@ def advance(state: Tick, sample: Sample, expected_masks: ExpectedMasks | None = 
         findings=tuple(tracker.active),
         intervals=state.intervals + 1,
     )
-
-
-# A job's own threads named as the cause: the loop's wait for data is their effect, and the
-# INPUT_BOUND advice about workers and CPUs would send the person the wrong way.
-_CAUSES = {
-    "OVERSUBSCRIBED": (
-        "thread_budget",
-        "the workers queue behind the job's own threads (OVERSUBSCRIBED): cut the threads, not the workers",
-    ),
-    "CONFINED_THREAD": (
-        "restore_threads",
-        "a thread the loop depends on is confined to fewer CPUs than its job (CONFINED_THREAD): give it the "
-        "job's CPUs back",
-    ),
-}
-
-
-def reconciled(findings: list[Finding]) -> list[Finding]:
-    """INPUT_BOUND of a job whose own threads are named as the cause (``_CAUSES``) says so
-    instead of asking for more workers or CPUs."""
-    causes = {(f.pid, f.code) for f in findings if f.code in _CAUSES}
-    out = []
-    for f in findings:
-        cause = next((c for c in _CAUSES if (f.pid, c) in causes), None)
-        if f.code == "INPUT_BOUND" and cause is not None:
-            action, why = _CAUSES[cause]
-            head = f.message.split("; ", 1)[0]
-            f = replace(
-                f,
-                message=f"{head}; {why}",
-                evidence={**f.evidence, "advice": {"action": action}},
-                remedy=None,
-            )
-        out.append(f)
-    return out
-
-
-def _worst_first(findings: list[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda f: (-f.severity, f.pid or 0, f.code))
 
 
 def _prune(tracker: FindingTracker, live: set[int]) -> FindingTracker:

@@ -1,4 +1,4 @@
-"""A loop window (``affmon.core.loop.LoopWindow``) in a recording: the raw counts the loop
+"""A loop window (``affmon.core.model.loop.LoopWindow``) in a recording: the raw counts the loop
 probe took over one interval, stored under its process so that a replay computes the
 breakdown, the verdict and the findings again from them (with its own thresholds).
 
@@ -18,7 +18,8 @@ from dataclasses import replace
 from typing import Any
 
 from affmon.core.errors import ParseError
-from affmon.core.json_values import (
+from affmon.core.model.loop import BLOCKED_SHARES, RUNNING, TOP_FRAMES, UNKNOWN, LoopWindow, TaskWait, WorkerStats
+from affmon.core.recording.json_values import (
     read_bool,
     read_dict,
     read_float,
@@ -28,7 +29,6 @@ from affmon.core.json_values import (
     read_opt_int,
     read_opt_str,
 )
-from affmon.core.loop import BLOCKED_SHARES, RUNNING, TOP_FRAMES, UNKNOWN, LoopWindow, TaskWait, WorkerStats
 
 PROBE_CLASSES = frozenset({RUNNING, UNKNOWN, *BLOCKED_SHARES})
 

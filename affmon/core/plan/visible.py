@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from affmon.core.errors import ParseError
-from affmon.core.fmt import cut, term_safe
-from affmon.core.topology import Topology, normalize_bus_id
+from affmon.core.model.topology import Topology, normalize_bus_id
+from affmon.core.text import cut, term_safe
 
 _UUID_PREFIX = re.compile(r"GPU-[0-9a-fA-F-]+")
 # MIG-<uuid> (driver R470 and later) or MIG-GPU-<parent uuid>/<GPU instance>/<compute instance>

@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from affmon.core.cpuset import CpuSet
-from affmon.core.domains import union
-from affmon.core.fmt import term_safe
-from affmon.core.samples import ProcessSample, Sample
-from affmon.core.topology import Topology, normalize_bus_id
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.model.domains import union
+from affmon.core.model.samples import ProcessSample, Sample
+from affmon.core.model.topology import Topology, normalize_bus_id
+from affmon.core.text import term_safe
 
 # A value longer than this in an environment is no GPU index or UUID (a MIG UUID has 40
 # characters); it is cut so that one process cannot fill the report.

@@ -16,8 +16,7 @@ placement of one rank changes that. Memory-only nodes (GPU memory on Grace Hoppe
 HBM, CXL: ``Topology.memory_only_nodes``) are never remote: memory is put there on
 purpose; their bytes are left out of the share and shown as evidence.
 
-Pure: imports no textual, psutil or pynvml. ``affmon.core.findings`` must import this
-module lazily (inside ``evaluate``), since this one imports ``Finding`` from it.
+Pure: imports no textual, psutil or pynvml.
 """
 
 from __future__ import annotations
@@ -25,11 +24,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from affmon.core.cpuset import CpuSet, format_cpulist
-from affmon.core.rates import ProcessRates
-from affmon.core.rule_base import Finding, Job, Severity
-from affmon.core.samples import NodeMemory
-from affmon.core.topology import Topology
+from affmon.core.model.cpuset import CpuSet, format_cpulist
+from affmon.core.model.jobs import Job
+from affmon.core.model.rates import ProcessRates
+from affmon.core.model.samples import NodeMemory
+from affmon.core.model.topology import Topology
+from affmon.core.rules.base import Finding, Severity
 
 MIB = 1 << 20
 

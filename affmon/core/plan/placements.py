@@ -14,9 +14,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from affmon.core.cpuset import CpuSet
-from affmon.core.domains import core_units, fmt_cpus, plural, union
-from affmon.core.topology import Topology
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.model.domains import core_units, fmt_cpus, plural, union
+from affmon.core.model.topology import Topology
 
 
 @dataclass(frozen=True, slots=True)
