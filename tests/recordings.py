@@ -24,7 +24,7 @@ def load(name: str) -> tuple[Header, tuple[Sample, ...]]:
 
 def monitor(name: str, **kwargs: int) -> Monitor:
     header, samples = load(name)
-    info = SourceInfo(header.host or "?", header.nvml, header.interval_s or 1.0, f"replay {name}", len(samples))
+    info = SourceInfo(header.host or "?", header.nvml, header.interval_s or 1.0, name, len(samples))
     return Monitor(header.topology, info, **kwargs)
 
 

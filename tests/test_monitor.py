@@ -9,9 +9,10 @@ import pytest
 
 from affmon.core.model.samples import PcieLink, Sample
 from affmon.core.plan.advice import propose_pin
-from affmon.core.rules.base import Severity
+from affmon.core.rules.base import Severity, Thresholds
+from affmon.sources.stream import SourceInfo
 from affmon.tui.model.monitor import Monitor
-from affmon.tui.model.views import shown_cpu, thread_rows
+from affmon.tui.model.views import View, shown_cpu, thread_rows
 from tests.recordings import last_view, load, monitor, views
 
 
@@ -88,6 +89,28 @@ def test_core_map_every_cpu_once_grouped_with_who_ran_there():
     assert {c.job_pid for c in group.cells} - {None} == {830, 832}
     assert not any(c.job_pid for c in group.cells if c.cpu >= 8)
     assert any(c.contended for c in group.cells)
+
+
+def test_the_core_map_and_busy_threads_keep_the_monitors_own_thresholds():
+    """A monitor given other thresholds marks contended CPUs and busy threads as its rules
+    judge them: raise ``other_busy_percent`` past every tenant and no CPU with one job is
+    contended; raise ``busy_demand`` past 1 and no thread is busy."""
+    header, samples = load("hogs")
+
+    def last(thresholds: Thresholds) -> View:
+        m = Monitor(header.topology, SourceInfo("h", None, 1.0, "hogs"), thresholds=thresholds)
+        return [v for v in (m.feed(s) for s in samples) if v is not None][-1]
+
+    plain = last(Thresholds())
+    strict = last(Thresholds(other_busy_percent=1000.0, busy_demand=2.0))
+    cells = [c for g in plain.cores for c in g.cells]
+    lone = [c for c in cells if c.contended and len(c.job_pids) == 1]  # a job and a tenant
+    assert lone, "the hogs recording has CPUs a job shares with a tenant"
+    strict_cells = {c.cpu: c for g in strict.cores for c in g.cells}
+    assert not any(strict_cells[c.cpu].contended for c in lone)
+    job = plain.jobs[0]
+    assert any(r.busy for r in thread_rows(plain.snapshot, job, plain.thresholds))
+    assert not any(r.busy for r in thread_rows(strict.snapshot, job, strict.thresholds))
 
 
 def test_hogs_show_as_other_processes_on_the_jobs_cpus():
@@ -277,8 +300,8 @@ def test_the_header_says_when_a_live_monitor_falls_behind_its_interval():
     header, samples = load("clean")
     base = samples[0]
 
-    def header_after(gap_s: float, source: str = "live"):
-        m = Monitor(header.topology, SourceInfo("h", None, 1.0, source))
+    def header_after(gap_s: float, replay: str | None = None):
+        m = Monitor(header.topology, SourceInfo("h", None, 1.0, replay))
         view = None
         for k in range(LAG_WINDOW + 2):
             view = m.feed(dataclasses.replace(base, monotonic_s=base.monotonic_s + k * gap_s))
@@ -290,7 +313,7 @@ def test_the_header_says_when_a_live_monitor_falls_behind_its_interval():
     texts = [text for _, text, _ in header_segments(late, paused=False, clock_text="00:00:00")]
     assert "every 1.5 s, not 1 s: falling behind" in texts and "every 1 s" not in texts
     assert header_after(1.05).lagging_interval_s is None  # within a fifth: on time
-    assert header_after(1.5, source="replay x").lagging_interval_s is None
+    assert header_after(1.5, replay="x").lagging_interval_s is None
 
 
 def test_a_pause_is_not_taken_for_falling_behind():
@@ -306,7 +329,7 @@ def test_a_pause_is_not_taken_for_falling_behind():
     base = samples[0]
 
     def after_pause(announced: bool):
-        m = Monitor(header.topology, SourceInfo("h", None, 1.0, "live"))
+        m = Monitor(header.topology, SourceInfo("h", None, 1.0))
         at = base.monotonic_s
         views = []
         for k in range(2 * LAG_WINDOW):

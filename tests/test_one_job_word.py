@@ -32,7 +32,7 @@ SPECS: list[Spec] = [
 
 def views():
     topology = machine(2)
-    m = Monitor(topology, SourceInfo("h", None, 1.0, "replay test"))
+    m = Monitor(topology, SourceInfo("h", None, 1.0, "test"))
     out = [v for s in samples_of(SPECS) if (v := m.feed(s)) is not None]
     return topology, out
 

@@ -176,7 +176,7 @@ def snapshots(recording: str, pool: list[str]) -> list[Snapshot]:
 
 def views(recording: str, pool: list[str]) -> list[View]:
     header, samples = load(recording)
-    info = SourceInfo(pool[0], pool[-1], 1.0, f"replay {pool[0]}", len(samples))
+    info = SourceInfo(pool[0], pool[-1], 1.0, pool[0], len(samples))
     monitor = Monitor(header.topology, info)
     out = []
     for s in samples[-3:]:

@@ -116,6 +116,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from affmon.sources.stream import LiveSource, ReplaySource, Source
 
     source: Source
+    live: LiveSource | None = None  # the first frame is drawn from a live source's first sample
     if getattr(args, "demo", False):
         if args.replay is not None:
             raise AffmonError(
@@ -130,7 +131,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
         restart = functools.partial(ReplaySource, args.replay, args.speed)  # R: the recording from its start
         interval = None
     else:
-        source = LiveSource(tuple(args.tui_pid), args.tui_interval, expected_masks=_PinnedLater())
+        source = live = LiveSource(tuple(args.tui_pid), args.tui_interval, expected_masks=_PinnedLater())
         interval = args.tui_interval
 
     if not (sys.stdout.isatty() and sys.stdin.isatty()):
@@ -150,13 +151,13 @@ def cmd_tui(args: argparse.Namespace) -> int:
     heap.at_start()
     first, early = None, None
     try:
-        if isinstance(source, LiveSource):
+        if live is not None:
             # The first sample, shown as plain text before Textual loads (a few hundred ms
             # of CPU, a second and more on a loaded machine); Textual's screen then draws over it.
             from affmon.tui.first_frame import draw_first_frame, early_screen
 
             early = early_screen()
-            first = draw_first_frame(source, early, args.tui_pid[0] if args.tui_pid else None)
+            first = draw_first_frame(live, early, args.tui_pid[0] if args.tui_pid else None)
         pinner = _pinner(args)  # after the first frame: its journal and planner are not in it
         import_asyncio_without_tls()
         from affmon.tui.app import AffmonApp

@@ -37,14 +37,35 @@ class SourceInfo:
     host: str
     nvml_status: str | None
     interval_s: float
-    source: str = "live"
+    replay: str | None = None  # what a replay plays ("hogs.jsonl.gz ×2"); None: live
     total_samples: int | None = None  # a replay's length
     notice: str | None = None  # e.g. /proc hides other users' processes (hidepid)
+
+    @property
+    def live(self) -> bool:
+        """Whether the samples are read from this machine now (not played from a file)."""
+        return self.replay is None
+
+    @property
+    def source(self) -> str:
+        """Where the samples come from, as the header says it."""
+        return "live" if self.replay is None else f"replay {self.replay}"
 
 
 class Source(Protocol):
     topology: Topology
     info: SourceInfo
+    read_started_s: float  # time.monotonic() when the newest sample's reading started
+
+    @property
+    def live(self) -> bool:
+        """Whether it reads this machine now: a live source's first sample can be read ahead
+        and drawn alone, its errors are tried again next interval; a replay's are not."""
+        ...
+
+    def read_ahead(self) -> None:
+        """Start reading the first sample while the caller starts (a replay: nothing to do)."""
+        ...
 
     def next_sample(self) -> Sample | None:
         """The next tick's sample; None when there is none (a replay that ended)."""
@@ -115,12 +136,14 @@ class LiveSource:
         self.topology = self._sources.topology
         self.sampler = self._sources.sampler
         self.interval_s = interval_s
-        self.info = SourceInfo(
-            self._sources.host, self._sources.nvml_status, interval_s, "live", notice=self._sources.notice
-        )
+        self.info = SourceInfo(self._sources.host, self._sources.nvml_status, interval_s, notice=self._sources.notice)
         self._pinned = expected_masks
         self._ahead: _Ahead | None = None
         self.read_started_s = 0.0  # time.monotonic() when the newest sample's reading started
+
+    @property
+    def live(self) -> bool:
+        return True
 
     def read_ahead(self) -> None:
         """Start reading the next sample now, on a thread of its own; ``next_sample``
@@ -249,8 +272,9 @@ class ReplaySource:
         self.header: Header = header
         self.topology = header.topology
         interval_s = header.interval_s or 1.0
-        label = f"replay {name}" + ("" if speed == 1 else f" ×{speed:g}")
+        label = name + ("" if speed == 1 else f" ×{speed:g}")
         self.info = SourceInfo(header.host or "?", header.nvml, interval_s, label, total)
+        self.read_started_s = 0.0
         # A gap between two samples is played as a wait; one far longer than the recorded
         # interval (a stalled recorder, a hand-edited clock) is cut short, never a hang.
         self._max_gap_s = min(max(10 * interval_s, 1.0), 3600.0)
@@ -273,7 +297,15 @@ class ReplaySource:
         self._last = sample
         return sample
 
+    @property
+    def live(self) -> bool:
+        return False
+
+    def read_ahead(self) -> None:
+        return None  # its first samples were read when it opened
+
     def next_sample(self) -> Sample | None:
+        self.read_started_s = time.monotonic()
         if not self._ahead:
             if self._error is not None:
                 raise self._error  # the bad line stays bad: each later call says so again

@@ -43,7 +43,7 @@ from textual.widgets import DataTable, Input
 from affmon.core.errors import AffmonError
 from affmon.core.model.samples import Sample
 from affmon.core.text import term_safe
-from affmon.sources.stream import LiveSource, Source
+from affmon.sources.stream import Source
 from affmon.tui import heap
 from affmon.tui.demo import DemoState, demo_banner, next_state
 from affmon.tui.first_frame import EarlyScreen
@@ -180,7 +180,7 @@ class AffmonApp(App[None]):
         # rows whose figures read alike keep their places (``table.settle``).
         self._rows_shown: tuple[TableOptions, dict[str, int]] | None = None
         self.panes = Panes()
-        if autostart and isinstance(source, LiveSource):
+        if autostart and source.live:
             # The first sample is read while Textual starts (CSS, layout: a few hundred ms),
             # if the caller has not started it already: the first tick takes it.
             source.read_ahead()
@@ -246,9 +246,8 @@ class AffmonApp(App[None]):
         """The next sample, noting when its reading started: the next tick is due one
         interval after that (a first sample read ahead counts from when its reading began,
         so the first interval stays FIRST_INTERVAL_S however long Textual took to start)."""
-        started = time.monotonic()
         sample = self.source.next_sample()
-        self._tick_started_s = self.source.read_started_s if isinstance(self.source, LiveSource) else started
+        self._tick_started_s = self.source.read_started_s
         return sample
 
     def _run_tick(self) -> View | None:  # on the ticker's thread
@@ -257,7 +256,7 @@ class AffmonApp(App[None]):
         # samples taken back to back would give rates over a tenth of a second: the first
         # view waits for the next tick, FIRST_INTERVAL_S later, and meanwhile the screen
         # shows what one sample can (processes, masks, threads; every rate unknown).
-        live = isinstance(self.source, LiveSource)
+        live = self.source.live
         for _ in range(1 if live else 2):
             sample = self._next_sample()
             if sample is None:
@@ -283,7 +282,7 @@ class AffmonApp(App[None]):
         if message.error is not None:
             self._error = f"sampling failed: {message.error}"
             self._show_status()
-            if self.source.info.source == "live":
+            if self.source.live:
                 self._schedule()  # try again next interval; a replay's bad line stays bad
             return
         self._schedule()
@@ -292,7 +291,7 @@ class AffmonApp(App[None]):
         if not self.autostart or self.paused or self.source.exhausted:
             return
         pace = self.interval if self.interval is not None else self.source.pace_s()
-        if (self.view is None or not self.view.measured) and isinstance(self.source, LiveSource):
+        if (self.view is None or not self.view.measured) and self.source.live:
             pace = min(pace, FIRST_INTERVAL_S)  # the first view sooner, over a real interval
         self._ticker.after(next_delay(pace, self._tick_started_s, time.monotonic()))
 
@@ -423,7 +422,7 @@ class AffmonApp(App[None]):
             pid = row.pid if row else None
             findings = view.findings_of(pid) if pid is not None else ()
             self.panes.detail_text.show(row, findings, p, view.measured)
-            self.panes.threads.show(thread_rows(view.snapshot, pid) if pid is not None else (), p)
+            self.panes.threads.show(thread_rows(view.snapshot, pid, view.thresholds) if pid is not None else (), p)
             self.panes.proc_plot.show(pid, view.process_history)
             title = f"Selected process {pid}" if pid else "Selected process"
             if detail.border_title != title:

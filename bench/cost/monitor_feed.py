@@ -33,7 +33,7 @@ def measure(recording: str, ticks: int) -> list[float]:
     with gzip.open(recording, "rt", encoding="utf-8") as f:
         header, read = read_recording(f, recording)
         samples = list(read)
-    monitor = Monitor(header.topology, SourceInfo("bench", None, 1.0, "replay"))
+    monitor = Monitor(header.topology, SourceInfo("bench", None, 1.0, "bench"))
     span = samples[-1].monotonic_s - samples[0].monotonic_s + 1.0
     out = []
     for i in range(ticks):

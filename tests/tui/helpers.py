@@ -80,7 +80,7 @@ class ListSource:
 
     def __init__(self, topology: Topology, samples: Sequence[Sample], delay_s: float = 0.0) -> None:
         self.topology = topology
-        self.info = SourceInfo("test", None, 1.0, "live")
+        self.info = SourceInfo("test", None, 1.0)
         self.samples = list(samples)
         self.delay_s = delay_s
         self.active = 0

@@ -112,7 +112,7 @@ def crafted_sample_lines() -> list[str]:
 
 def test_names_from_other_users_reach_the_terminal_escaped():
     header, samples = read_recording(crafted_sample_lines(), "crafted")
-    info = SourceInfo(header.host or "?", header.nvml, 1.0, "live")
+    info = SourceInfo(header.host or "?", header.nvml, 1.0)
     view = Monitor(header.topology, info).first_look(next(iter(samples)))
     lines = frame_lines(view, 200, 50)
     assert not any(is_active(ch) for line in lines for ch in line)

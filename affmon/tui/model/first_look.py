@@ -42,6 +42,7 @@ def header_view(
         interval_s=info.interval_s,
         nvml_status=info.nvml_status,
         source=info.source,
+        live=info.live,
         position=position,
         finished=finished,
         wall_time_s=sample.wall_time_s,

@@ -62,8 +62,8 @@ def header_segments(h: HeaderView, *, paused: bool, clock_text: str) -> list[tup
         source += " (ended)"
     # What the screen is outranks everything but the name, at every width: a replay says
     # so with its position; live, the clock is the sign that it is live.
-    segments.append((9 if h.source != "live" else 3, source, "warning" if h.finished else "muted"))
-    segments.append((9 if h.source == "live" else 4, clock_text, CLOCK))
+    segments.append((9 if not h.live else 3, source, "warning" if h.finished else "muted"))
+    segments.append((9 if h.live else 4, clock_text, CLOCK))
     segments.append((1, reading(h), READING))
     if paused:
         segments.append((10, "PAUSED", "error"))

@@ -208,10 +208,11 @@ class Monitor:
             findings=findings,
             jobs=tuple(j.pid for j in jobs),
             training_jobs=frozenset(j.pid for j in jobs if j.training),
-            cores=core_groups(snapshot, jobs),
+            cores=core_groups(snapshot, jobs, self.thresholds),
             gpu_history=gpu_history,
             process_history=process_history,
             snapshot=snapshot,
+            thresholds=self.thresholds,
         )
 
     def first_look(self, sample: Sample) -> View:
@@ -280,7 +281,7 @@ class Monitor:
         """The interval the monitor really keeps, when a live one falls behind the one asked
         for by more than a fifth over the last ``LAG_WINDOW`` views (a loaded machine, or
         more threads than one interval can read): the header must not claim "every 1 s"."""
-        if self.info.source != "live" or len(self._intervals) < LAG_WINDOW // 2:
+        if not self.info.live or len(self._intervals) < LAG_WINDOW // 2:
             return None
         kept = sum(self._intervals) / len(self._intervals)
         return kept if kept > self.info.interval_s * LAG_TOLERANCE else None

@@ -261,7 +261,7 @@ def _shown_ancestor(p: ProcessRow, shown: dict[int, ProcessRow], every: dict[int
 
 
 def _threads(view: View, pid: int, sort: str, reverse: bool = False) -> tuple[ThreadRow, ...]:
-    rows = thread_rows(view.snapshot, pid)
+    rows = thread_rows(view.snapshot, pid, view.thresholds)
     if sort == "pid":
         rows = tuple(sorted(rows, key=lambda r: r.tid))
     elif sort == "wait":

@@ -21,13 +21,9 @@ from dataclasses import dataclass
 from affmon.core.model.cpuset import EMPTY, CpuSet
 from affmon.core.model.jobs import Job, demand, find_jobs
 from affmon.core.model.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
-from affmon.core.rules.base import DEFAULT_THRESHOLDS, Finding, Severity
+from affmon.core.rules.base import DEFAULT_THRESHOLDS, Finding, Severity, Thresholds
 from affmon.core.rules.loop_report import LoopReport
 from affmon.core.text import term_safe
-
-# Another process's CPU use on a CPU that makes it a contender there (findings.py uses
-# the same 20% for CONTENDED: Thresholds.other_busy_percent).
-CONTENDER_PERCENT = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +36,7 @@ class HeaderView:
     interval_s: float
     nvml_status: str | None
     source: str  # "live" or "replay hogs.jsonl.gz"
+    live: bool
     position: str | None  # "sample 3/5" in a replay, None live
     finished: bool  # a replay that has no more samples
     wall_time_s: float  # when the newest sample was taken
@@ -149,11 +146,9 @@ class CoreCell:
     pids: tuple[int, ...]  # watched processes that ran there
     allowed: bool  # in the machine's allowed set (cgroup cpuset of affmon)
     gpu_local: tuple[int, ...]  # GPU indices whose local CPUs include it
-
-    @property
-    def contended(self) -> bool:
-        """Two jobs, or a job and another busy process, ran here in one interval."""
-        return len(self.job_pids) > 1 or (bool(self.job_pids) and self.other_percent >= CONTENDER_PERCENT)
+    # Two jobs, or a job and another process busy there (the rules' ``other_busy_percent``,
+    # as CONTENDED judges it), ran here in one interval.
+    contended: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +200,7 @@ class View:
     # The jobs that are training jobs (``Job.training``, the one definition ``diagnose``,
     # the planner and the exporter use); the other roots are watched processes.
     training_jobs: frozenset[int] = frozenset()
+    thresholds: Thresholds = DEFAULT_THRESHOLDS  # the rules' (the core map and the busy threads agree with them)
 
     def process(self, pid: int) -> ProcessRow | None:
         return next((p for p in self.processes if p.pid == pid), None)
@@ -331,7 +327,7 @@ def process_rows(snapshot: Snapshot, jobs: Sequence[Job], findings: Sequence[Fin
     return tuple(rows)
 
 
-def thread_row(pid: int, t: ThreadRates, seconds: float) -> ThreadRow:
+def thread_row(pid: int, t: ThreadRates, seconds: float, t_busy: float = DEFAULT_THRESHOLDS.busy_demand) -> ThreadRow:
     s = t.sample
     return ThreadRow(
         pid=pid,
@@ -344,7 +340,7 @@ def thread_row(pid: int, t: ThreadRates, seconds: float) -> ThreadRow:
         wait_ratio=t.wait_ratio,
         switches_per_s=_add(t.voluntary_switches_per_s, t.involuntary_switches_per_s),
         migrations_per_s=t.migrations_per_s,
-        busy=demand(t, seconds) >= DEFAULT_THRESHOLDS.busy_demand,
+        busy=demand(t, seconds) >= t_busy,
     )
 
 
@@ -361,14 +357,14 @@ def shown_wait(value: float | None) -> float:
     return -1.0 if value is None else float(round(value * 100))
 
 
-def thread_rows(snapshot: Snapshot, pid: int) -> tuple[ThreadRow, ...]:
+def thread_rows(snapshot: Snapshot, pid: int, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[ThreadRow, ...]:
     """The threads of one process, busiest first as their CPU% reads (threads whose figures
     read the same in TID order, so that a pool of threads that each woke for microseconds
     keeps its order instead of being shuffled every tick); unknown CPU use last."""
     p = snapshot.process(pid)
     if p is None:
         return ()
-    rows = [thread_row(pid, t, snapshot.interval_s) for t in p.threads]
+    rows = [thread_row(pid, t, snapshot.interval_s, thresholds.busy_demand) for t in p.threads]
     return tuple(sorted(rows, key=lambda r: (-shown_cpu(r.cpu_percent), r.tid)))
 
 
@@ -395,7 +391,9 @@ def gpu_row(g: GpuRates) -> GpuRow:
     )
 
 
-def core_groups(snapshot: Snapshot, jobs: Sequence[Job]) -> tuple[CoreGroup, ...]:
+def core_groups(
+    snapshot: Snapshot, jobs: Sequence[Job], thresholds: Thresholds = DEFAULT_THRESHOLDS
+) -> tuple[CoreGroup, ...]:
     """Every online CPU, grouped by NUMA node, then by highest shared cache, with who ran
     there in the last interval. "Ran there" is the thread's last CPU (psr): a lower bound,
     like ``ran_on_cpus``."""
@@ -429,16 +427,18 @@ def core_groups(snapshot: Snapshot, jobs: Sequence[Job]) -> tuple[CoreGroup, ...
     def cell(cpu: int) -> CoreCell:
         use = job_use.get(cpu, {})
         top = max(use.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
+        others = other.get(cpu, 0.0)
         return CoreCell(
             cpu=cpu,
             busy_percent=min(100.0, busy.get(cpu, 0.0)),
             job_pid=top[0] if top else None,
             job_pids=tuple(sorted(use)),
             job_percent=top[1] if top else 0.0,
-            other_percent=other.get(cpu, 0.0),
+            other_percent=others,
             pids=tuple(sorted(pids.get(cpu, ()))),
             allowed=cpu in topo.allowed_cpus,
             gpu_local=tuple(sorted(gpu_local.get(cpu, ()))),
+            contended=len(use) > 1 or (bool(use) and others >= thresholds.other_busy_percent),
         )
 
     groups = []
