@@ -76,11 +76,15 @@ class FakePinner:
 
 
 class ListSource:
-    """Samples from a list, optionally slow, counting how many reads overlap."""
+    """Samples from a list, optionally slow, counting how many reads overlap. Played as a
+    replay is (``live`` False): a view needs two samples, none is read ahead."""
+
+    live = False
 
     def __init__(self, topology: Topology, samples: Sequence[Sample], delay_s: float = 0.0) -> None:
         self.topology = topology
-        self.info = SourceInfo("test", None, 1.0)
+        self.info = SourceInfo("test", None, 1.0, "a list")
+        self.read_started_s = 0.0
         self.samples = list(samples)
         self.delay_s = delay_s
         self.active = 0
@@ -88,7 +92,11 @@ class ListSource:
         self.reads = 0
         self._lock = threading.Lock()
 
+    def read_ahead(self) -> None:
+        return None
+
     def next_sample(self) -> Sample | None:
+        self.read_started_s = time.monotonic()
         with self._lock:
             self.active += 1
             self.most_active = max(self.most_active, self.active)
