@@ -1,7 +1,7 @@
 """How a rank's CPUs are shared between its main process and its DataLoader workers. Pure,
 and light to import: a DataLoader worker started by spawn loads it.
 
-``split_for_workers`` lays ``own_threads.thread_budget`` out on the rank's cores, in the
+``split_for_workers`` lays ``rules.threads.thread_budget`` out on the rank's cores, in the
 planner's order (L3 group, then first CPU): a whole core for each DataLoader worker, the
 rest of the rank for the main process's intra-op pool. A worker gets a contiguous run of
 its cores (``worker_share``): neighbours in that order share an L3 cache where the machine

@@ -3,8 +3,9 @@ probe watches, the breakdown of each over an interval beside its GPUs' busy shar
 findings it raises. Pure: takes samples and snapshots, returns values.
 
 The probe's raw window rides on the sample (``ProcessSample.loop``), so a replay computes
-all of this again from a recording; ``affmon.core.rules.tick`` calls ``loop_reports`` and
-``loop_findings`` once per interval and keeps the reports on the ``Tick``.
+all of this again from a recording; ``affmon.core.rules.tick`` calls ``loop_reports`` once
+per interval and keeps the reports on the ``Tick``; ``evaluate`` raises their
+``loop_findings`` with every other rule's.
 """
 
 from __future__ import annotations

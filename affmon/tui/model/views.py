@@ -258,7 +258,7 @@ def _roles(snapshot: Snapshot, jobs: Sequence[Job]) -> tuple[dict[int, str], dic
 
 
 # A loop report's verdict as the LOOP column says it: what the training loop spent the
-# interval waiting on (core/loop_findings.verdict).
+# interval waiting on (core/rules/loop.verdict).
 LOOP_WORDS = {
     "input_bound": "data",  # waiting for DataLoader batches
     "gpu_bound": "GPU",  # waiting for the GPU: the healthy case
