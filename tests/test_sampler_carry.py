@@ -4,6 +4,7 @@ deep-learning runtime are other processes unless named by ``--pid`` or below a l
 a training process; affmon processes are never watched. All against real processes."""
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -422,3 +423,115 @@ def test_the_sampler_holds_under_200_bytes_for_each_thread_of_a_process_it_does_
     # A sample (136 bytes) and a TID (28) a thread, and the tuple's slot: 174 bytes a thread
     # measured. With the TID map beside the samples it was 211; before that, 368.
     assert 100 * 1000 < held < 200 * 1000
+
+
+# -- the reuse (``sampler.Reuse``): on, what did not change is the same object; off, a copy --
+
+# A process whose threads all sleep for ten minutes: between two reads nothing in its
+# ``/proc`` files moves (state, CPU, where it last ran, mask), so the two samplers must
+# read it alike, whenever each reads it.
+SLEEPER = "import threading, time\nfor _ in range(3):\n    threading.Thread(target=time.sleep, args=(600,)).start()\n"
+
+
+def _asleep(pid: int, threads: int) -> bool:
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        return len(tasks) == threads and all((t / "stat").read_text().rsplit(") ", 1)[1][0] == "S" for t in tasks)
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _objects(sample):
+    """The ids of the process samples, thread tuples and thread samples of ``sample``."""
+    found = set()
+    for p in sample.processes:
+        found |= {id(p), id(p.threads), *(id(t) for t in p.threads)}
+    return found
+
+
+def test_the_reuse_switched_off_reads_the_same_values_and_hands_out_no_object_twice(monkeypatch):
+    monkeypatch.setattr(sampler_module, "CARRY_REREAD_EVERY", 10**9)  # carried from the second sample on
+    procs = [
+        subprocess.Popen(["sleep", "600"]),
+        subprocess.Popen([sys.executable, "-c", SLEEPER]),
+        subprocess.Popen([sys.executable, "-c", SLEEPER]),
+    ]
+    try:
+        threads = {procs[0].pid: 1, procs[1].pid: 4, procs[2].pid: 4}
+        deadline = time.monotonic() + 10
+        while not all(_asleep(pid, n) for pid, n in threads.items()):
+            assert time.monotonic() < deadline, "the sleepers did not settle"
+            time.sleep(0.05)
+        watched = procs[2].pid  # its threads read each tick; the other two carried
+        selection = Selection(pids=(watched,), others=True)
+        on, off = Sampler("/", selection), Sampler("/", selection, reuse=False)
+        assert on.reuse.on and not off.reuse.on
+        ons, offs = [], []
+        for _ in range(4):  # the two alternate, each a third of a second after the other
+            ons.append(on.sample())
+            offs.append(off.sample())
+            time.sleep(0.3)
+
+        # The same values, read at other instants: every field, threads and all.
+        for a, b in zip(ons, offs, strict=True):
+            for pid in threads:
+                assert process(a, pid) == process(b, pid)
+                assert process(a, pid).watched is (pid == watched)
+        assert [process(s, procs[0].pid).threads_read for s in ons] == [True, False, False, False]
+
+        # On: what did not change is handed out again; off, never.
+        for pid in (procs[0].pid, procs[1].pid):  # carried, their stat lines unchanged
+            assert process(ons[3], pid) is process(ons[2], pid) is process(ons[1], pid)
+        kept = process(ons[3], watched).threads
+        assert all(t is u for t, u in zip(kept, process(ons[1], watched).threads, strict=True))
+        for earlier, later in itertools.pairwise(offs):
+            assert not _objects(earlier) & _objects(later)
+
+        # The rates of the two: the same figures, the reuse's path handing out its rates of
+        # the interval before (``rates.handed_back``), the other computing them again.
+        def chained(samples):
+            snaps = [make_snapshot(samples[0], samples[1], TOPOLOGY)]
+            for prev, cur in itertools.pairwise(samples[1:]):
+                snaps.append(make_snapshot(prev, cur, TOPOLOGY, before=snaps[-1]))
+            return snaps
+
+        snaps_on, snaps_off = chained(ons), chained(offs)
+        for a, b in zip(snaps_on, snaps_off, strict=True):
+            for pid in threads:
+                assert a.process(pid) == b.process(pid)
+                assert a.process(pid).cpu_percent == 0.0
+        assert snaps_on[2].process(procs[0].pid) is snaps_on[1].process(procs[0].pid)
+        assert snaps_off[2].process(procs[0].pid) is not snaps_off[1].process(procs[0].pid)
+        w_on, w_off = snaps_on[2].process(watched), snaps_off[2].process(watched)
+        assert all(t is u for t, u in zip(w_on.threads, snaps_on[1].process(watched).threads, strict=True))
+        assert not any(t is u for t, u in zip(w_off.threads, snaps_off[1].process(watched).threads, strict=True))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_rates_from_samples_handed_out_again_equal_those_from_deep_copies():
+    """Every process on the machine, sampled with the reuse on: the rates made from the
+    samples as handed out (the same objects where nothing moved) are those made from deep
+    copies of each sample, which no shortcut can take."""
+    import copy
+
+    sampler = Sampler("/", Selection(others=True))
+    samples = []
+    for _ in range(4):
+        samples.append(sampler.sample())
+        time.sleep(0.3)
+    copies = [copy.deepcopy(s) for s in samples]
+    before = before_copy = None
+    reused = 0
+    for i in range(1, len(samples)):
+        snap = make_snapshot(samples[i - 1], samples[i], TOPOLOGY, before=before)
+        snap_copy = make_snapshot(copies[i - 1], copies[i], TOPOLOGY, before=before_copy)
+        assert snap.processes == snap_copy.processes
+        if before is not None:
+            old = {p.sample.key: p for p in before.processes}
+            reused += sum(1 for p in snap.processes if p is old.get(p.sample.key))
+            assert not {id(p) for p in snap_copy.processes} & {id(p) for p in before_copy.processes}
+        before, before_copy = snap, snap_copy
+    assert reused  # the shortcut was taken: some process's rates handed out again

@@ -7,8 +7,9 @@ time, so a reused PID never inherits another process's data.
 Cost, cheapest first: every process's ``stat`` is read each tick, but a line that reads as
 it did at the last tick (most processes, most ticks) is not parsed again, and a carried
 process (below) whose line did not change is handed out as the same ``ProcessSample``
-object, which the rates reuse in turn. ``/proc`` is listed again only when the kernel has
-given out a PID since the last listing (``ProcFs.listed_pids``). A kernel thread's name
+object, which the rates reuse in turn (``Reuse``: every such reuse, and its switch).
+``/proc`` is listed again only when the kernel has given out a PID since the last listing
+(``ProcFs.listed_pids``). A kernel thread's name
 may change without an exec (a kernel worker names the work it is doing): it stays the same
 process, and, having no other threads, has no task directory listed. A process whose CPU
 time did not move by a clock tick since the last sample has only its threads' masks read
@@ -68,8 +69,9 @@ from __future__ import annotations
 import os
 import pwd
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import TypeVar
 
 from affmon.collect.cgroup import Mount, cgroup_cpuset, read_mounts
@@ -97,6 +99,7 @@ from affmon.collect.selection import (
     scan_maps,
 )
 from affmon.core.errors import ParseError, SourceError
+from affmon.core.model import tree
 from affmon.core.model.context import Context
 from affmon.core.model.cpuset import CpuSet
 from affmon.core.model.samples import GpuSample, NodeMemory, ProcessSample, Sample, ThreadSample
@@ -158,17 +161,91 @@ class _ProcessMemo:
     memory: NodeMemory | None = None  # numa_maps, for a watched training process
     memory_due_s: float = float("-inf")
     # Its threads' samples as last read, by TID, and handed out: a carried process hands
-    # out the same tuple again, so the next snapshot can tell its threads are unchanged by
-    # identity. (No TID-keyed map is kept beside it between reads: 10,000 threads' worth
-    # was 0.4 MB.)
+    # out the same tuple again (``Reuse.threads``), so the next snapshot can tell its
+    # threads are unchanged by identity. (No TID-keyed map is kept beside it between
+    # reads: 10,000 threads' worth was 0.4 MB.)
     samples: tuple[ThreadSample, ...] = ()
     # A carried process's sample as last handed out, and the stat it was made from: while
-    # the stat is the same object (its line unchanged), the sample is handed out again.
+    # the stat is the same object (its line unchanged, ``Reuse.stat``), the sample is
+    # handed out again.
     carried_sample: ProcessSample | None = None
     carried_stat: StatFields | None = None
     # A watched process's status and cgroup cpuset as last read, its main thread's mask
     # then, and the samples since (``Sampler._limits``).
     limits: tuple[StatusFields | None, CpuSet | None, CpuSet | None, int] | None = None
+
+
+class Reuse:
+    """The sampler's one reuse of what did not change: where what it read of a process or a
+    thread says that nothing in it moved since the sample before, it hands out the object
+    it made then, not a new equal one. That sameness is a contract the rates read
+    (``affmon.core.model.rates.handed_back``): a sample handed out again moved by zero, and
+    its rates of the interval before are handed out again in turn, not computed. The
+    places, each through this object:
+
+    * a process's ``stat`` line that reads as it did: the fields parsed from it then
+      (``stat``), not parsed again;
+    * a carried process whose ``stat`` is those same fields: its ``ProcessSample`` of the
+      sample before, as it is (``Sampler._read_process``, under ``on``);
+    * a carried process's threads: the tuple of them last read (``threads``);
+    * a thread asleep and not scheduled since (its ``schedstat`` line unchanged), a thread
+      of a quiet process whose mask is unchanged, a thread of an unwatched process whose
+      ``stat`` and mask read the same: its ``ThreadSample`` of the sample before
+      (``thread``).
+
+    Off (``Sampler(reuse=False)``), as psutil's ``oneshot`` cache is outside its block: the
+    same files are read and the same choices made, but each of those is a new object equal
+    to the one reused (a line parsed again, a sample copied), so every value is the same,
+    no object is, and the rates take their general path. For tests, and to measure what
+    the reuse saves."""
+
+    __slots__ = ("on",)
+
+    # What it saves, measured on the 2-core development machine (load average 5 to 11 from
+    # other work), 2,000 waking threads in 10 unwatched processes and a training-like one,
+    # a sample a second; the sampler's CPU per sample, median of 15, three runs of each,
+    # alternating: on 3.7, 6.0 and 3.6 ms; off 11.2, 12.3 and 14.1 ms. On:
+    #   python -m bench.cost.sample_cost --rounds 15
+    # off (one line):
+    #   python -c 'import functools, affmon.collect.sampler as s; s.Sampler.__init__ = functools.partialmethod(
+    #   s.Sampler.__init__, reuse=False); from bench.cost.sample_cost import main; main()' --rounds 15
+    def __init__(self, on: bool = True) -> None:
+        self.on = on
+
+    def stat(self, raw: bytes, kept: tuple[bytes, StatFields] | None) -> StatFields | None:
+        """The fields parsed at the last sample from the ``stat`` line ``kept`` holds, when
+        ``raw`` reads as that line did; None: ``raw`` is to be parsed."""
+        return kept[1] if self.on and kept is not None and kept[0] == raw else None
+
+    def thread(self, prev: ThreadSample) -> ThreadSample:
+        """A thread's sample, nothing in it having moved: ``prev``, or an equal copy."""
+        return prev if self.on else replace(prev)
+
+    def threads(self, samples: tuple[ThreadSample, ...]) -> tuple[ThreadSample, ...]:
+        """A carried process's threads as last read: the same tuple, or one of equal copies."""
+        return samples if self.on else tuple(replace(t) for t in samples)
+
+
+class _MemoParents(Mapping[int, int | None]):
+    """Each process's parent as its memo holds it (the ``ppid`` of its ``stat`` when first
+    seen), read through the memos, not copied out of them: a parent map (``tree``)."""
+
+    __slots__ = ("_memo",)
+
+    def __init__(self, memo: Mapping[int, _ProcessMemo]) -> None:
+        self._memo = memo
+
+    def __getitem__(self, pid: int) -> int | None:
+        return self._memo[pid].ppid
+
+    def __contains__(self, pid: object) -> bool:
+        return pid in self._memo
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._memo)
+
+    def __len__(self) -> int:
+        return len(self._memo)
 
 
 GpuSource = Callable[[], tuple[GpuSample, ...]]
@@ -183,12 +260,15 @@ class Sampler:
         selection: Selection | None = None,
         gpu_source: GpuSource | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        reuse: bool = True,
     ) -> None:
         self.proc = ProcFs(root)
         self.root = root
         self.selection = selection or Selection()
         self.gpu_source = gpu_source
         self.clock = clock
+        self.reuse = Reuse(reuse)  # what did not change, handed out again (``Reuse``)
         self._self_pid = os.getpid() if self.proc.live else -1
         self._memo: dict[int, _ProcessMemo] = {}
         self._stat_lines: dict[int, tuple[bytes, StatFields]] = {}  # each process's stat as last read
@@ -224,8 +304,9 @@ class Sampler:
             self._mounts = read_mounts(self.root)
             self._mounts_read_at = start
         stats = self._process_stats(start)
-        followed, training = self._training(stats, gpu_pids, start)
-        watched = self._select(stats, followed, training)
+        parents = {pid: stat.ppid for pid, stat in stats.items()}
+        followed, training = self._training(stats, parents, gpu_pids, start)
+        watched = self._select(stats, parents, followed, training)
         wanted = set(stats) if self.selection.others else watched
         named = set(self.selection.pids)
         self._memory_readers = max(1, sum(1 for pid in watched if pid in training or pid in named))
@@ -255,10 +336,8 @@ class Sampler:
         lines: dict[int, tuple[bytes, StatFields]] = {}
         before = self._stat_lines
         for pid, raw in self.proc.stats(p for p in self.proc.listed_pids(now) if p != self._self_pid):
-            kept = before.get(pid)
-            if kept is not None and kept[0] == raw:
-                stat = kept[1]
-            else:
+            stat = self.reuse.stat(raw, before.get(pid))
+            if stat is None:
                 try:
                     stat = parse_stat_bytes(raw)
                 except ParseError:
@@ -298,7 +377,7 @@ class Sampler:
         return memo
 
     def _training(
-        self, stats: dict[int, StatFields], gpu_pids: Mapping[int, object], now: float
+        self, stats: dict[int, StatFields], parents: tree.ParentMap, gpu_pids: Mapping[int, object], now: float
     ) -> tuple[set[int], set[int]]:
         """(followed: the python processes under a launcher or a training process, which
         are part of a job whether or not they have mapped a runtime yet; training: those on
@@ -327,7 +406,7 @@ class Sampler:
                 training.add(pid)
             elif memo.runtime is not False:
                 training.add(pid)
-        below = descendants(training | launchers, ((p, s.ppid) for p, s in stats.items()))
+        below = tree.descendants(training | launchers, parents)
         return (below & candidates) | training, training
 
     def _runtime(self, pid: int) -> bool | None:
@@ -335,11 +414,13 @@ class Sampler:
             return scan_maps(f"/proc/{pid}/maps")
         return maps_runtime(self.proc.read(pid, "maps"))
 
-    def _select(self, stats: dict[int, StatFields], followed: set[int], training: set[int]) -> set[int]:
+    def _select(
+        self, stats: dict[int, StatFields], parents: tree.ParentMap, followed: set[int], training: set[int]
+    ) -> set[int]:
         if self.selection.all:
             chosen = set(stats)
         elif self.selection.pids:
-            chosen = descendants(self.selection.pids, ((p, s.ppid) for p, s in stats.items())) & set(stats)
+            chosen = tree.descendants(self.selection.pids, parents) & set(stats)
         else:
             chosen = followed | training
         return {pid for pid in chosen if not self._memo_for(stats[pid]).affmon}
@@ -362,7 +443,8 @@ class Sampler:
         pid = stat.pid
         memo = self._memo.get(pid)
         if (
-            memo is not None
+            self.reuse.on
+            and memo is not None
             and stat is memo.carried_stat  # its stat line reads as at the last tick, which carried it
             and memo.carried_sample is not None
             and memo.carried < CARRY_REREAD_EVERY
@@ -475,7 +557,7 @@ class Sampler:
             cmdline=memo.cmdline,
             mems_allowed=status.mems_allowed if status else None,
             cgroup_cpus=cgroup_cpus,
-            threads=memo.samples,
+            threads=memo.samples if read else self.reuse.threads(memo.samples),
             gpu_indices=tuple(sorted({index for index, _ in gpu_use})),
             gpu_memory_bytes=sum(memory) if memory else None,
             watched=watched,
@@ -492,7 +574,7 @@ class Sampler:
         process or one named by ``--pid``, whatever it runs (``numa_maps``, every few
         seconds: ``reread_period_s`` of what the last read cost)."""
         if memo.context is None:
-            memo.context = self._contexts.read(pid, self._launcher_argv(memo))
+            memo.context = self._contexts.read(pid, self._launcher_argv(pid))
         if (training or pid in self.selection.pids) and now >= memo.memory_due_s:
             if not self._memory_node_read:
                 self._memory_node, self._memory_node_read = memory_node(self.root), True
@@ -508,20 +590,17 @@ class Sampler:
             # wall time ``reread_period_s`` allows one: 4 ranks with 6 workers each are 28.
             memo.memory_due_s = now + reread_period_s((time.perf_counter() - t0) * self._memory_readers)
 
-    def _launcher_argv(self, memo: _ProcessMemo) -> list[str] | None:
-        """The command line of the nearest torchrun above the process (at most 8 levels)."""
-        ppid = memo.ppid
-        for _ in range(8):
-            parent = self._memo.get(ppid)
-            if parent is None:
-                return None
+    def _launcher_argv(self, pid: int) -> list[str] | None:
+        """The command line of the nearest torchrun above the process (at most 8 levels up,
+        through processes the sampler holds a memo of)."""
+        for up in islice(tree.ancestors(pid, _MemoParents(self._memo)), 8):
+            parent = self._memo[up]
             if (
                 parent.comm == "torchrun"
                 or "torch.distributed.run" in parent.argv[:4]
                 or any(os.path.basename(a) == "torchrun" for a in parent.argv[:2])
             ):
                 return parent.argv
-            ppid = parent.ppid
         return None
 
     def _quiet_thread(self, pid: int, tid: int, prev: ThreadSample) -> ThreadSample | None:
@@ -532,7 +611,7 @@ class Sampler:
         if affinity is None:
             return None  # exited
         if affinity == prev.allowed_cpus:
-            return prev
+            return self.reuse.thread(prev)
         return replace(prev, allowed_cpus=affinity)
 
     def _read_other_thread(self, pid: int, tid: int, prev: ThreadSample | None, shared: _Shared) -> ThreadSample | None:
@@ -555,7 +634,7 @@ class Sampler:
             and prev.allowed_cpus == affinity
             and prev.wait_ns is None
         ):
-            return prev  # nothing the rules read has changed: the frozen sample is reused
+            return self.reuse.thread(prev)  # nothing the rules read has changed
         return _thread_sample(tid, stat, affinity, cpu_ns, None, None, shared)
 
     def _read_thread(
@@ -578,7 +657,7 @@ class Sampler:
             # timeslices all unchanged): stat and sched cannot have moved. The one thing
             # missed is a thread woken but not yet run, shown as asleep until it runs.
             if affinity == prev.allowed_cpus:
-                return prev, raw
+                return self.reuse.thread(prev), raw
             return replace(prev, allowed_cpus=affinity), raw
         schedstat = None if raw is None else _or_none(parse_schedstat, raw.decode("ascii", "replace"))
         stat = self.proc.stat(pid, tid)
@@ -675,15 +754,6 @@ def _or_none(read: Callable[..., T], *args: object) -> T | None:
 
 
 def descendants(roots: Iterable[int], parent_pairs: Iterable[tuple[int, int]]) -> set[int]:
-    """``roots`` and every process below them, from (pid, ppid) pairs."""
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parent_pairs:
-        children.setdefault(ppid, []).append(pid)
-    found = set(roots)
-    stack = list(found)
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
+    """``roots`` and every process below them, from (pid, ppid) pairs read from ``/proc``
+    (``affmon.core.model.tree.descendants``, for the pinner and undo)."""
+    return tree.descendants(roots, dict(parent_pairs))

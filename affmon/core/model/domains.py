@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from affmon.core.model.cpuset import EMPTY, CpuSet, format_cpulist
 from affmon.core.model.topology import NumaNode, Topology, normalize_bus_id
@@ -25,18 +26,28 @@ class Domain:
     warnings: tuple[str, ...]
 
 
-def allowed_pool(topology: Topology, allowed_cpus: CpuSet | None) -> tuple[CpuSet, tuple[str, ...]]:
+class AllowedPool(NamedTuple):
+    """The CPUs a process may use (``allowed_pool``)."""
+
+    cpus: CpuSet
+    warnings: tuple[str, ...]  # why they are not the ones asked for, when so
+
+
+def allowed_pool(topology: Topology, allowed_cpus: CpuSet | None) -> AllowedPool:
     """The online CPUs a process may use: its cgroup's, else the topology's."""
     online = topology.online_cpus
     base = (topology.allowed_cpus & online) or online
     if allowed_cpus is None:
-        return base, ()
+        return AllowedPool(base, ())
     mine = allowed_cpus & online
     if mine:
-        return mine, ()
-    return base, (
-        f"Its allowed CPUs ({fmt_cpus(allowed_cpus)}) hold no online CPU, so the plan uses the machine's allowed CPUs "
-        f"{fmt_cpus(base)}.",
+        return AllowedPool(mine, ())
+    return AllowedPool(
+        base,
+        (
+            f"Its allowed CPUs ({fmt_cpus(allowed_cpus)}) hold no online CPU, so the plan uses the machine's allowed "
+            f"CPUs {fmt_cpus(base)}.",
+        ),
     )
 
 

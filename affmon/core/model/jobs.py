@@ -6,10 +6,11 @@ share of its time it waited (``wait_ratio``) and the GPUs a job uses. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from affmon.core.model.rates import GpuRates, ProcessRates, Snapshot, ThreadRates
+from affmon.core.model.tree import descendants, root_of
 
 # -- jobs and busy threads ------------------------------------------------------------
 
@@ -46,29 +47,20 @@ def find_jobs(snapshot: Snapshot) -> list[Job]:
     a GPU (DataLoader workers); other python processes that look like training are then
     just other tenants, while a watched process that is not training (a monitor) outside
     those jobs roots a job of its own, so its CPU findings show. With no GPU process in
-    sight (no NVML), every watched process whose parent is not watched roots a job."""
+    sight (no NVML), every watched process whose parent is not watched roots a job. A
+    process belongs to the nearest root above it through watched processes (``root_of``)."""
     watched = {p.sample.pid: p for p in snapshot.processes if p.sample.watched and not p.sample.kernel}
+    parents = {pid: p.sample.ppid for pid, p in watched.items()}
     roots = {pid for pid, p in watched.items() if p.sample.gpu_indices}
     if roots:
-        ranked = {pid for pid in watched if _under(pid, roots, watched)}
+        ranked = descendants(roots, parents)
         rest = {pid: p for pid, p in watched.items() if pid not in ranked and not p.sample.training}
         roots |= {pid for pid, p in rest.items() if (p.sample.ppid or -1) not in rest}
     else:
         roots = {pid for pid, p in watched.items() if (p.sample.ppid or -1) not in watched}
-
-    def root_of(p: ProcessRates) -> int | None:
-        seen: set[int] = set()
-        while p.sample.pid not in roots:
-            seen.add(p.sample.pid)
-            parent = watched.get(p.sample.ppid or -1)
-            if parent is None or parent.sample.pid in seen:
-                return None
-            p = parent
-        return p.sample.pid
-
     groups: dict[int, list[ProcessRates]] = {}
-    for p in watched.values():
-        root = root_of(p)
+    for pid, p in watched.items():
+        root = root_of(pid, roots, parents)
         if root is not None:
             groups.setdefault(root, []).append(p)
     jobs = []
@@ -76,18 +68,6 @@ def find_jobs(snapshot: Snapshot) -> list[Job]:
         members.sort(key=lambda m: (m.sample.pid != root_pid, m.sample.pid))
         jobs.append(Job(root=watched[root_pid], members=tuple(members)))
     return jobs
-
-
-def _under(pid: int, roots: set[int], watched: Mapping[int, ProcessRates]) -> bool:
-    """Whether ``pid`` is one of ``roots`` or descends from one through watched processes."""
-    seen: set[int] = set()
-    up: int | None = pid
-    while up is not None and up in watched and up not in seen:
-        if up in roots:
-            return True
-        seen.add(up)
-        up = watched[up].sample.ppid
-    return False
 
 
 def demand(thread: ThreadRates, seconds: float) -> float:

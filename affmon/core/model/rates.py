@@ -15,6 +15,10 @@ A value is None when either sample lacks it, or when the thread or process is ne
 (no earlier sample to diff against), or when the sampler carried a process's threads
 from an earlier tick instead of reading them (``ProcessSample.threads_read``). Counters
 that went backwards (a reset, a reused id) give None, never a negative rate.
+
+A sample the sampler handed out again, unchanged (``handed_back``), moved by zero: its
+rates are those of the interval before where nothing moved then either, handed out again,
+not computed; the same values as for an equal copy.
 """
 
 from __future__ import annotations
@@ -141,6 +145,16 @@ class Snapshot:
         return next((p for p in self.processes if p.sample.pid == pid), None)
 
 
+def handed_back(new: object, old: object) -> bool:
+    """Whether ``new`` is ``old`` handed out again: the sampler hands out a process's
+    sample, a thread's sample or a process's tuple of thread samples a second time, as the
+    same object, only where nothing in it moved (``affmon.collect.sampler.Reuse``). Every
+    shortcut the rates take on a sample that did not change asks this, and nothing else:
+    an equal copy (a recording read back, the sampler with its reuse off) takes the
+    general path, to the same values."""
+    return new is old
+
+
 def _delta(new: int | None, old: int | None) -> int | None:
     if new is None or old is None or new < old:
         return None
@@ -163,10 +177,10 @@ def thread_rates(
     and are handed out again instead of built anew."""
     if prev is None or prev.start_ticks != cur.start_ticks:
         return ThreadRates(cur, None, None, None, None, None, None, None)
-    if cur is prev:
+    if handed_back(cur, prev):
         # The sampler hands back the same sample for a thread that was not scheduled
         # (most threads, most ticks): every counter moved by zero.
-        if before is not None and before.sample is cur and _unmoved(before):
+        if before is not None and handed_back(cur, before.sample) and _unmoved(before):
             return before
         return ThreadRates(
             cur,
@@ -259,9 +273,14 @@ def _carried_rates(
     no thread has a rate for this interval (the carried counters are from an earlier tick),
     so none counts as having run; the process's CPU share comes from its own counter."""
     unmoved = None if cur.cpu_ns is None else 0.0
-    if cur is prev and before is not None and before.sample is cur and before.cpu_percent == unmoved:
+    if (
+        handed_back(cur, prev)
+        and before is not None
+        and handed_back(cur, before.sample)
+        and before.cpu_percent == unmoved
+    ):
         return before  # the same sample handed out again, and nothing moved before it either
-    if before is not None and before.sample.threads is cur.threads:
+    if before is not None and handed_back(cur.threads, before.sample.threads):
         unknown = before.threads  # the same carried threads (``before`` is unrated: unknown rates)
     else:
         unknown = UnknownRates(cur.threads)
@@ -316,8 +335,8 @@ def make_snapshot(previous: Sample, current: Sample, topology: Topology, before:
         if (
             before_p is not None
             and not before_p.sample.threads_read
-            and before_p.sample is p
-            and old_processes.get(p.pid) is p
+            and handed_back(p, before_p.sample)
+            and handed_back(p, old_processes.get(p.pid))
             and before_p.cpu_percent == (None if p.cpu_ns is None else 0.0)
         ):
             processes.append(before_p)  # as ``_carried_rates`` would return it, without the calls

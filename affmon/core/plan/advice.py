@@ -16,6 +16,7 @@ from affmon.core.model.jobs import Job, find_jobs
 from affmon.core.model.rates import ProcessRates, Snapshot
 from affmon.core.model.samples import ThreadSample
 from affmon.core.model.topology import Topology
+from affmon.core.model.tree import descendants
 from affmon.core.plan.isolation import Candidate, left_alone
 from affmon.core.plan.need import JobNeed, job_need, window_for
 from affmon.core.plan.placements import Placement, placements
@@ -106,17 +107,7 @@ def training_pids(snapshot: Snapshot) -> frozenset[int]:
     on_gpu = {p.sample.pid for p in snapshot.processes if p.sample.gpu_indices}
     if not on_gpu:
         return frozenset(p.sample.pid for p in snapshot.processes if p.sample.training)
-    parent = {p.sample.pid: p.sample.ppid for p in snapshot.processes}
-    found = set(on_gpu)
-    for pid in parent:
-        seen: set[int] = set()
-        up: int | None = pid
-        while up is not None and up not in seen and up not in found:
-            seen.add(up)
-            up = parent.get(up)
-        if up in found:
-            found |= seen
-    return frozenset(found)
+    return frozenset(descendants(on_gpu, {p.sample.pid: p.sample.ppid for p in snapshot.processes}))
 
 
 def suggest_for_job(

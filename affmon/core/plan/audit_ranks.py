@@ -25,6 +25,7 @@ from affmon.core.model.cpuset import CpuSet
 from affmon.core.model.domains import union
 from affmon.core.model.samples import ProcessSample, Sample
 from affmon.core.model.topology import Topology, normalize_bus_id
+from affmon.core.model.tree import ancestors, descendants
 from affmon.core.text import term_safe
 
 # A value longer than this in an environment is no GPU index or UUID (a MIG UUID has 40
@@ -101,7 +102,7 @@ class RankProcess:
 def find_ranks(sample: Sample, envs: Mapping[tuple[int, int], RankEnv], within: Sequence[int] = ()) -> list[int]:
     """PIDs of the ranks in ``sample`` (see the module's docstring), in the trees of
     ``within`` when given."""
-    by_pid = {p.pid: p for p in sample.processes}
+    parents = {p.pid: p.ppid for p in sample.processes}
 
     def is_candidate(p: ProcessSample) -> bool:
         env = envs.get(p.key)
@@ -111,7 +112,7 @@ def find_ranks(sample: Sample, envs: Mapping[tuple[int, int], RankEnv], within: 
     wanted = set(within)
     ranks = []
     for pid in sorted(candidates):
-        chain = _ancestors(pid, by_pid)
+        chain = list(ancestors(pid, parents))  # the sampled ones, nearest first
         if candidates.intersection(chain):
             continue
         if wanted and not wanted.intersection([pid, *chain]):
@@ -120,33 +121,11 @@ def find_ranks(sample: Sample, envs: Mapping[tuple[int, int], RankEnv], within: 
     return ranks
 
 
-def _ancestors(pid: int, by_pid: Mapping[int, ProcessSample]) -> list[int]:
-    """The sampled ancestors of ``pid``, nearest first (a recording's ppid loop ends it)."""
-    chain: list[int] = []
-    seen = {pid}
-    parent = by_pid[pid].ppid
-    while parent is not None and parent in by_pid and parent not in seen:
-        chain.append(parent)
-        seen.add(parent)
-        parent = by_pid[parent].ppid
-    return chain
-
-
 def _descendants(pid: int, sample: Sample) -> tuple[ProcessSample, ...]:
-    children: dict[int, list[ProcessSample]] = {}
-    for p in sample.processes:
-        if p.ppid is not None:
-            children.setdefault(p.ppid, []).append(p)
-    found: list[ProcessSample] = []
-    seen = {pid}
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child.pid not in seen:
-                seen.add(child.pid)
-                found.append(child)
-                todo.append(child.pid)
-    return tuple(sorted(found, key=lambda p: p.pid))
+    """The processes below ``pid`` in ``sample``, by PID."""
+    by_pid = {p.pid: p for p in sample.processes}
+    below = descendants([pid], {p.pid: p.ppid for p in sample.processes}) - {pid}
+    return tuple(by_pid[d] for d in sorted(below))
 
 
 class GpuNames:

@@ -18,11 +18,19 @@ split, remainder cores to the lowest ranks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from affmon.core.model.cpuset import CpuSet
 from affmon.core.model.domains import even_split, plural, slices
 
 Share = Sequence[CpuSet]
+
+
+class RankShares(NamedTuple):
+    """How the ranks of one domain divide its cores (``rank_shares``)."""
+
+    shares: list[Share]  # each rank's cores, in rank order
+    note: str | None  # why, where the L3 groups shaped the shares; None: the plain even split
 
 
 def l3_runs(units: Sequence[CpuSet], l3_of: dict[int, int]) -> list[list[CpuSet]]:
@@ -38,19 +46,17 @@ def l3_runs(units: Sequence[CpuSet], l3_of: dict[int, int]) -> list[list[CpuSet]
     return runs
 
 
-def rank_shares(
-    units: Sequence[CpuSet], n_ranks: int, l3_of: dict[int, int], level: int = 3
-) -> tuple[list[Share], str | None] | None:
+def rank_shares(units: Sequence[CpuSet], n_ranks: int, l3_of: dict[int, int], level: int = 3) -> RankShares | None:
     """Each rank's cores, in rank order, and a sentence when the L3 groups shaped the
-    shares (None when it is the plain even split). None when there are fewer cores than
-    ranks (every rank then shares the whole domain)."""
+    shares (``RankShares``). None when there are fewer cores than ranks (every rank then
+    shares the whole domain)."""
     sizes = even_split(len(units), n_ranks)
     if sizes is None:
         return None
     runs = l3_runs(units, l3_of)
     plain = slices(units, sizes)
     if len(runs) <= 1:
-        return plain, None
+        return RankShares(plain, None)
     ends: set[int] = set()
     total = 0
     for run in runs:
@@ -59,7 +65,7 @@ def rank_shares(
     shaped = _fewest_split(len(units), n_ranks, frozenset(ends))
     shares = slices(units, shaped)
     if shaped == sizes:
-        return shares, None  # the even split, remainder to the lowest ranks, splits no more caches
+        return RankShares(shares, None)  # the even split, remainder to the lowest ranks, splits no more caches
     split = sum(1 for cut in _cuts(shaped) if cut not in ends)
     cache_name = f"L{level}"
     if not split:
@@ -73,7 +79,7 @@ def rank_shares(
             f"the cores left over go where they split the fewest of the domain's {len(runs)} {cache_name} caches "
             f"({split} split between two ranks)."
         )
-    return shares, why
+    return RankShares(shares, why)
 
 
 def _cuts(sizes: Sequence[int]) -> list[int]:

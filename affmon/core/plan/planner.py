@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from affmon.core.model.cpuset import EMPTY, CpuSet
 from affmon.core.model.domains import (
@@ -174,10 +175,10 @@ def _plan_domain(
     indexes = gpu_indexes(topology)
     level = topology.l3_groups[0].level if topology.l3_groups else 3
     split = rank_shares(units, len(ranks), l3_of, level)
-    shares = split[0] if split is not None else [units] * len(ranks)
+    shares = split.shares if split is not None else [units] * len(ranks)
     sizes = None if split is None else [len(share) for share in shares]
-    if split is not None and split[1] is not None:
-        shared_reasons.append(split[1])
+    if split is not None and split.note is not None:
+        shared_reasons.append(split.note)
     plans = []
     for n, (i, rank) in enumerate(ranks):
         chosen = shares[n]
@@ -196,7 +197,7 @@ def _plan_domain(
             if sizes[n] > min(sizes):
                 where = (
                     "which go to the lowest GPU indexes"
-                    if split is None or split[1] is None
+                    if split is None or split.note is None
                     else "placed where they split the fewest L3 caches"
                 )
                 left = len(units) % len(ranks)
@@ -322,11 +323,15 @@ def suggest(
             or (not o.gpu_bus_ids and o.root in (None, o.pid) and _held(o) & pool)
         )
     ]
-    ranks = sorted([(first_gpu(p.gpu_bus_ids), 0, p.pid) for p in peers] + [(first_gpu(targets), 1, 0)])
-    position = ranks.index((first_gpu(targets), 1, 0))
+    # The ranks share the domain in the order of their first GPU (the topology's order),
+    # this process after the other training processes of its own GPU: its place in that
+    # order is the number of peers whose first GPU comes no later than its own.
+    n_ranks = len(peers) + 1
+    own_gpu = first_gpu(targets)
+    position = sum(1 for p in peers if first_gpu(p.gpu_bus_ids) <= own_gpu)
     level = topology.l3_groups[0].level if topology.l3_groups else 3
-    split = rank_shares(units, len(ranks), l3_index(topology), level)
-    sizes = None if split is None else [len(share) for share in split[0]]
+    split = rank_shares(units, n_ranks, l3_index(topology), level)
+    sizes = None if split is None else [len(share) for share in split.shares]
     claimed = union(_held(o) for o in others if o.training)
     hogs = [o for o in others if not o.training and o.cpu_percent >= MOVE_OFF_MIN_CPU_PERCENT]
     busy = [o for o in others if o.cpu_percent >= MOVE_OFF_MIN_CPU_PERCENT]
@@ -340,33 +345,33 @@ def suggest(
     if sizes is None:
         chosen: Sequence[CpuSet] = units
         warnings.append(
-            f"{name} has {plural(len(units), 'core')} for {len(ranks)} training processes: fewer cores than processes, "
+            f"{name} has {plural(len(units), 'core')} for {n_ranks} training processes: fewer cores than processes, "
             "so they all share it (oversubscribed)."
         )
     else:
         share = sizes[position]
         assert split is not None
-        tiles = [union(tile) for tile in split[0]]  # plan_machine's slices
-        if len(ranks) == 1:
+        tiles = [union(tile) for tile in split.shares]  # plan_machine's slices
+        if n_ranks == 1:
             reasons.append(f"No other training process uses {name}, so its share is all {plural(len(units), 'core')}.")
         else:
             reasons.append(
-                f"Its even share of the {plural(len(units), 'core')} of {name} among {len(ranks)} training processes "
+                f"Its even share of the {plural(len(units), 'core')} of {name} among {n_ranks} training processes "
                 f"is {plural(share, 'core')}."
             )
-        candidates, size, why = _candidates(units, share, need_units, need_cpus, claimed, hogs)
-        reasons += why
+        pick = _candidates(units, share, need_units, need_cpus, claimed, hogs)
+        reasons += pick.reasons
         held = sum(1 for u in units if u & claimed)
         if held:
             holders = ", ".join(str(o.pid) for o in others if o.training and _held(o) & pool)
-            if not any(u & claimed for u in candidates):
+            if not any(u & claimed for u in pick.cores):
                 reasons.append(f"It avoids {plural(held, 'core')} held by other training processes ({holders}).")
             else:
                 warnings.append(
                     f"Only {len(units) - held} cores are not held by other training processes ({holders}), fewer "
-                    f"than {size}: the suggestion overlaps them as little as it can."
+                    f"than {pick.size}: the suggestion overlaps them as little as it can."
                 )
-        chosen = _best_window(l3_of, candidates, size, claimed, busy, current_cpus, tiles, tiles[position])
+        chosen = _best_window(l3_of, pick.cores, pick.size, claimed, busy, current_cpus, tiles, tiles[position])
     cpus = union(chosen)
     reasons.append(f"Suggested: {plural(len(chosen), found.unit)}, {plural(len(cpus), 'CPU')} ({fmt_cpus(cpus)}).")
     if topology.l3_groups:
@@ -409,6 +414,15 @@ def suggest(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Candidates:
+    """The cores a suggestion is chosen among, and how many of them it takes (``_candidates``)."""
+
+    cores: Sequence[CpuSet]  # in L3 order
+    size: int  # cores in the window
+    reasons: tuple[str, ...]  # why these and that many, when not simply the share
+
+
 def _candidates(
     units: Sequence[CpuSet],
     share: int,
@@ -416,7 +430,7 @@ def _candidates(
     need_cpus: int,
     claimed: CpuSet,
     hogs: Sequence[Occupant],
-) -> tuple[list[CpuSet], int, list[str]]:
+) -> _Candidates:
     """Which cores to choose among, and how many (rules 3 and 4): the share from cores
     free of training processes and busy tenants; else all the free ones when they cover
     the demand; else a window sized to the demand (fewest tenants to move), taken from
@@ -425,27 +439,42 @@ def _candidates(
     free = [u for u in unclaimed if not any(h.cpus & u for h in hogs)]
     avoided = len(unclaimed) - len(free)
     if len(free) >= share:
-        why = [f"It avoids {plural(avoided, 'core')} where other busy processes run."] if avoided else []
-        return free, share, why
+        why = (f"It avoids {plural(avoided, 'core')} where other busy processes run.",) if avoided else ()
+        return _Candidates(free, share, why)
     if need_units and len(free) >= need_units:
-        why = [
+        why = (
             f"Other busy processes leave {plural(len(free), 'core')} free, enough for its demand of {need_cpus} CPUs, "
-            "so the suggestion keeps to them."
-        ]
-        return free, len(free), why
-    size = min(share, need_units) if need_units else share
-    why = []
-    if size < share:
-        why.append(
-            f"Fewer than {size} cores are free of other busy processes, so the suggestion is sized to its demand "
-            f"({need_cpus} CPUs, {size} cores) to leave as few processes to move as possible."
+            "so the suggestion keeps to them.",
         )
-    return (unclaimed if len(unclaimed) >= size else list(units)), size, why
+        return _Candidates(free, len(free), why)
+    size = min(share, need_units) if need_units else share
+    why = ()
+    if size < share:
+        why = (
+            f"Fewer than {size} cores are free of other busy processes, so the suggestion is sized to its demand "
+            f"({need_cpus} CPUs, {size} cores) to leave as few processes to move as possible.",
+        )
+    return _Candidates(unclaimed if len(unclaimed) >= size else units, size, why)
 
 
 def _held(occupant: Occupant) -> CpuSet:
     """The CPUs a training process holds: its mask when pinned, and where its busy threads ran."""
     return (occupant.pinned_cpus or EMPTY) | occupant.cpus
+
+
+class _WindowScore(NamedTuple):
+    """How a window of ``_best_window`` fares, lower better in every field. Windows are
+    compared by these fields in this order, the first that differs deciding (a NamedTuple
+    compares as the tuple of its fields): the field order is the order of the rules."""
+
+    held: int  # cores held by other training processes (rule 3)
+    movers: int  # busy processes whose threads run on its CPUs, which would have to move off
+    load: float  # their load on its CPUs (percent of a CPU, rounded to 1e-6)
+    l3_beyond_slot: int  # L3 groups it spans beyond as many as this rank's own slice spans (rule 5)
+    minus_kept: int  # minus the CPUs the process ran on that it keeps (rule 6)
+    tiles: int  # plan_machine's slices it touches
+    minus_in_slot: int  # minus its CPUs in this rank's own slice
+    first_cpu: int  # its lowest CPU
 
 
 def _best_window(
@@ -465,26 +494,27 @@ def _best_window(
     tiling it, fewest of ``plan_machine``'s slices touched and most of this rank's own
     slice; last, the lowest CPUs."""
     slot_span = len({l3_of.get(cpu, -1) for cpu in slot})
-    best: tuple[tuple[float, ...], int] | None = None
-    for start in range(len(candidates) - size + 1):
+
+    def score(start: int) -> _WindowScore:
         window = candidates[start : start + size]
         cpus = union(window)
         movers = [o for o in busy if o.cpus & cpus]
         load = sum(o.cpu_percent * len(o.cpus & cpus) / len(o.cpus) for o in movers)
-        score = (
-            float(sum(1 for u in window if u & claimed)),
-            float(len(movers)),
-            round(load, 6),
-            float(max(0, l3_span(l3_of, window) - slot_span)),
-            -float(len(cpus & current)),
-            float(sum(1 for tile in tiles if tile & cpus)),
-            -float(len(cpus & slot)),
-            float(min(cpus)),
+        return _WindowScore(
+            held=sum(1 for u in window if u & claimed),
+            movers=len(movers),
+            load=round(load, 6),
+            l3_beyond_slot=max(0, l3_span(l3_of, window) - slot_span),
+            minus_kept=-len(cpus & current),
+            tiles=sum(1 for tile in tiles if tile & cpus),
+            minus_in_slot=-len(cpus & slot),
+            first_cpu=min(cpus),
         )
-        if best is None or score < best[0]:
-            best = (score, start)
-    assert best is not None, "no window: size exceeds the candidates"
-    return candidates[best[1] : best[1] + size]
+
+    starts = range(len(candidates) - size + 1)
+    assert starts, "no window: size exceeds the candidates"
+    best = min(starts, key=score)  # the first of equal scores, the lowest start
+    return candidates[best : best + size]
 
 
 __all__ = [
