@@ -1,5 +1,5 @@
 """From a snapshot to a suggested core set for a job: the bridge between the findings
-(``findings.py``) and the planner (``planner.py``). Pure.
+(``affmon.core.rules``) and the planner (``planner.py``). Pure.
 
 The job is sized by what it needs over the window that raised the finding (``need.py``):
 diagnose's samples, the monitor's recent history, ``pin --suggest``'s own samples; never

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from affmon.core.model import tree
 from affmon.core.model.cpuset import CpuSet
 from affmon.core.model.domains import core_units, fmt_cpus
 from affmon.core.model.rates import Snapshot
@@ -56,18 +57,7 @@ def job_pids(snapshot: Snapshot, root: int, with_children: bool) -> frozenset[in
     """``root`` and, with ``with_children``, its descendants in ``snapshot``."""
     if not with_children:
         return frozenset({root})
-    children: dict[int, list[int]] = {}
-    for p in snapshot.processes:
-        if p.sample.ppid is not None:
-            children.setdefault(p.sample.ppid, []).append(p.sample.pid)
-    found = {root}
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return frozenset(found)
+    return frozenset(tree.descendants({root}, {p.sample.pid: p.sample.ppid for p in snapshot.processes}))
 
 
 def window_measure(ticks: Sequence[Snapshot], root: int, with_children: bool, gpu_indices: Iterable[int]) -> Measure:
