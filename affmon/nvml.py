@@ -156,7 +156,6 @@ class NvmlGateway:
         self.available = False
         self.status = "NVML not initialised"
         self._devices: list[_Device] = []
-        self._errors: dict[str, int] = {}
 
     # -- life cycle -------------------------------------------------------------
 
@@ -289,7 +288,6 @@ class NvmlGateway:
                 raise _GpuLost() from None
             if code == nvml.NVML_ERROR_NOT_SUPPORTED:
                 device.unsupported.add(key)
-            self._errors[key] = self._errors.get(key, 0) + 1
             return None
 
     def _read_static(self, device: _Device) -> None:

@@ -133,7 +133,7 @@ def _cpus(cgroup: Path, cpus: set[int] | frozenset[int]) -> None:
 
 
 def shrinks_under_pin(state: Path, cgroup: Path) -> dict[str, Any]:
-    from affmon.actions import Journal
+    from affmon.actions.journal import Journal
     from affmon.actions.pin import pin
     from affmon.actions.undo import undo
     from tests.live import driven
@@ -171,8 +171,9 @@ def shrinks_under_pin(state: Path, cgroup: Path) -> dict[str, Any]:
 
 
 def partly_outside(state: Path, cgroup: Path) -> dict[str, Any]:
-    from affmon.actions import DryRunAffinity, Journal
+    from affmon.actions.journal import Journal
     from affmon.actions.pin import pin
+    from affmon.actions.threads import DryRunAffinity
     from affmon.actions.undo import undo
     from tests.live import driven
 

@@ -322,16 +322,37 @@ def narrow_state() -> ExportState:
 
 
 def test_recorded_job_findings_are_those_of_diagnose(narrow_state):
-    from affmon.commands.diagnose import diagnose
+    from affmon.commands.diagnose import diagnose_run
 
     topo, samples = recorded("narrow")
-    expected, _last = diagnose(samples, topo, {})
+    expected, _last, _ = diagnose_run(samples, topo, {})
     assert [(f.code, f.pid, f.severity) for f in narrow_state.findings] == [
         (f.code, f.pid, f.severity) for f in expected
     ]
     got = parsed(exposition(narrow_state))
     rows = {(s.labels["code"], s.labels["severity"], s.labels["gpu"]) for s in got["affmon_finding_info"][1]}
     assert ("GPU_STARVED", "bad", "0") in rows and ("MASK_TOO_NARROW", "bad", "") in rows
+
+
+def test_the_exporter_runs_the_tick_the_monitor_runs():
+    """One path through the rates and the rules: after the same samples the exporter holds
+    the tick, its interval is the monitor's, and its sample count is the tick's. A sample
+    that closes no interval (a replay starting again) moves the tick on and leaves the
+    interval shown as it was."""
+    from tests.recordings import load, monitor
+
+    header, samples = load("hogs")
+    mon = monitor("hogs")
+    views = [v for v in map(mon.feed, samples) if v is not None]
+    state = run(*samples, topo=header.topology)
+    assert state.tick is not None and state.tick.snapshot is state.snapshot
+    assert state.snapshot == views[-1].snapshot and state.findings == views[-1].findings
+    assert state.samples_total == mon.samples_seen == len(samples)
+    assert state.last_sample is samples[-1] and state.tracker is state.tick.tracker
+    again = step(state, samples[0], header.topology)
+    assert again.tick is not None and again.tick.snapshot is None and again.last_sample is samples[0]
+    assert again.snapshot is state.snapshot and again.findings == state.findings and again.loops is state.loops
+    assert again.totals is state.totals and again.samples_total == len(samples) + 1
 
 
 # Families from what the narrow recording was made without (context, numa_maps, the loop

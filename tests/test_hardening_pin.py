@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from affmon.actions import Journal, JournalEntry, JournalError, OsAffinity
+from affmon.actions.journal import Journal
+from affmon.actions.journal_records import JournalEntry, JournalError
 from affmon.actions.pin import pin
+from affmon.actions.threads import OsAffinity
 from affmon.actions.undo import undo
 from affmon.collect.procfs import PF_NO_SETAFFINITY
 from affmon.core.model.cpuset import CpuSet
@@ -134,7 +136,8 @@ def test_a_rollback_that_is_refused_leaves_the_entry_pending_for_undo(tmp_path: 
 
 CRASHING_PIN = """
 import os, sys, json, subprocess
-from affmon.actions import Journal, OsAffinity
+from affmon.actions.journal import Journal
+from affmon.actions.threads import OsAffinity
 from affmon.actions.pin import pin
 
 mode, pid, cpu, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

@@ -26,6 +26,8 @@ def test_a_cpu_only_replay_says_it_is_a_replay_at_every_width(width):
 
 @pytest.mark.parametrize("width", [60, 80, 100, 140, 200])
 def test_live_the_clock_stays_at_every_width(width):
-    header = dataclasses.replace(views("clean")[-1].header, nvml_status=NO_NVML, source="live", live=True, position=None)
+    header = dataclasses.replace(
+        views("clean")[-1].header, nvml_status=NO_NVML, source="live", live=True, position=None
+    )
     line = SEPARATOR.join(t for _, t, _ in fit(header_segments(header, paused=False, clock_text="12:00:00"), width))
     assert "12:00:00" in line, line

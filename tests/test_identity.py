@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from affmon.actions import Journal, expected_masks
-from affmon.actions.journal import JournalEntry
+from affmon.actions.journal import Journal, JournalEntry, expected_masks
 from affmon.actions.pin import pin
 from affmon.actions.undo import undo
 from affmon.collect.identity import uptime_ticks

@@ -116,7 +116,7 @@ def _start_ticks(pid: int) -> int:
 
 
 def isolate_then_grow(state: Path) -> dict[str, Any]:
-    from affmon.actions import Journal
+    from affmon.actions.journal import Journal
     from affmon.actions.pin import pin
     from affmon.actions.undo import undo
 

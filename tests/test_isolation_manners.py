@@ -20,8 +20,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from affmon.actions import Journal, OsAffinity
+from affmon.actions.journal import Journal
 from affmon.actions.pin import PinResult, pin
+from affmon.actions.threads import OsAffinity
 from affmon.actions.undo import undo
 from affmon.core.model.cpuset import CpuSet, format_cpulist
 from affmon.core.plan.isolation import Candidate, Kin, left_alone

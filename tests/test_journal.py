@@ -187,7 +187,7 @@ def test_an_unreadable_journal_is_one_line_in_a_fresh_process_without_a_tracebac
     path.write_bytes(b"\xff\xfe garbage\n")
     code = (
         "import sys\n"
-        "from affmon.actions import Journal, expected_masks\n"
+        "from affmon.actions.journal import Journal, expected_masks\n"
         "from affmon.core.errors import AffmonError\n"
         "try:\n"
         "    expected_masks(Journal(sys.argv[1]))\n"

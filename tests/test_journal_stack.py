@@ -23,11 +23,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from affmon.actions import Journal, JournalEntry, JournalError, OsAffinity, ThreadRecord, expected_masks
 from affmon.actions import journal as journal_module
-from affmon.actions.journal import PinnedMasks, ProcessMask, new_entry_id, stacked
-from affmon.actions.journal_records import decode, encode, is_sealed, read_head, read_threads, seal, seal_more
+from affmon.actions.journal import Journal, PinnedMasks, ProcessMask, expected_masks, new_entry_id, stacked
+from affmon.actions.journal_records import (
+    JournalEntry,
+    JournalError,
+    ThreadRecord,
+    decode,
+    encode,
+    is_sealed,
+    read_head,
+    read_threads,
+    seal,
+    seal_more,
+)
 from affmon.actions.pin import pin
+from affmon.actions.threads import OsAffinity
 from affmon.actions.undo import undo
 from affmon.collect.identity import uptime_ticks
 from affmon.core.model.cpuset import CpuSet
@@ -221,7 +232,8 @@ def test_undo_after_twenty_stacked_pins_restores_the_masks_from_before_the_first
 
 CRASHING_PIN = """
 import os, sys
-from affmon.actions import Journal, OsAffinity
+from affmon.actions.journal import Journal
+from affmon.actions.threads import OsAffinity
 from affmon.actions.pin import pin
 
 class Crash(OsAffinity):

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from affmon.actions import Journal, JournalEntry, JournalError, ThreadRecord
 from affmon.actions.describe import result_text
-from affmon.actions.journal import KEEP_FINISHED, EntryHead, PinnedMasks, new_entry_id
+from affmon.actions.journal import KEEP_FINISHED, EntryHead, Journal, PinnedMasks, new_entry_id
+from affmon.actions.journal_records import JournalEntry, JournalError, ThreadRecord
 from affmon.actions.pin import pin
 from affmon.actions.undo import undo
 from affmon.collect.procfs import ProcFs
@@ -341,7 +341,7 @@ def test_pin_of_a_pid_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
 
 PINNER = """
 import sys, time
-from affmon.actions import Journal
+from affmon.actions.journal import Journal
 from affmon.actions.pin import pin
 journal = Journal(sys.argv[1])
 result = pin(int(sys.argv[2]), {int(sys.argv[3])}, journal=journal)

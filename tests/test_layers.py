@@ -192,11 +192,3 @@ def test_the_contract_can_fail() -> None:
     assert not allowed("affmon.fleet.model", "affmon.commands.argtypes")
     assert allowed("affmon.commands.fleet", "affmon.fleet.source")
     assert sum(1 for p in MODULES if imports(p)) > 50  # the parser sees the imports there are
-
-
-def test_the_actions_package_names_what_it_loads_lazily():
-    import affmon.actions as actions
-
-    assert sorted(actions.__all__) == sorted(actions._HOME)
-    for name in actions.__all__:
-        assert getattr(actions, name) is not None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from affmon.commands.diagnose import diagnose, findings_text
+from affmon.commands.diagnose import diagnose_run, findings_text
 from affmon.core.model.cpuset import format_cpulist
 from affmon.core.model.loop import DATA_WAIT, LoopWindow, TaskWait, WorkerStats, breakdown, describe
 from affmon.core.plan.advice import NOTHING_TO_PLACE, attach_suggestions, job_of, propose_pin, suggest_for_job
@@ -95,7 +95,7 @@ def test_no_pin_changes_nothing_on_an_oversubscribed_job():
     proposal = propose_pin(window[-1], 100, window=window)
     assert proposal is not None and proposal.no_change is not None
     assert "already has CPUs 0-1" in proposal.no_change
-    findings, last = diagnose(samples_of(specs), topology, {})
+    findings, last, _ = diagnose_run(samples_of(specs), topology, {})
     text = findings_text(findings, last, 3)
     assert "what to change: fewer threads, not other CPUs" in text
     assert "affmon pin" not in text and "no pin: every thread of the job already has CPUs 0-1" in text

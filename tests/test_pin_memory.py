@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from affmon.actions import DryRunAffinity, Journal
 from affmon.actions.describe import result_text, undo_text
+from affmon.actions.journal import Journal
 from affmon.actions.journal_records import MemoryRecord, decode, encode
 from affmon.actions.migrate import (
     ONE_NODE,
@@ -31,6 +31,7 @@ from affmon.actions.migrate import (
     node_mask,
 )
 from affmon.actions.pin import pin
+from affmon.actions.threads import DryRunAffinity
 from affmon.actions.undo import undo
 from affmon.collect.numa_maps import parse_numa_maps
 from affmon.collect.sysfs_topology import read_topology

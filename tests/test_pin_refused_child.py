@@ -78,8 +78,9 @@ def _distinct(pid: int) -> list[list[int]]:
 def refused_child(state: Path) -> dict[str, Any]:
     import errno
 
-    from affmon.actions import Journal, OsAffinity
+    from affmon.actions.journal import Journal
     from affmon.actions.pin import pin
+    from affmon.actions.threads import OsAffinity
     from affmon.actions.undo import undo
     from affmon.core.model.cpuset import CpuSet
 

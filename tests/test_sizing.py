@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from affmon.commands.diagnose import diagnose, findings_text
+from affmon.commands.diagnose import diagnose_run, findings_text
 from affmon.core.model.jobs import find_jobs
 from affmon.core.model.rates import Snapshot, make_snapshot
 from affmon.core.model.samples import GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
@@ -172,7 +172,7 @@ def test_diagnose_sizes_over_its_own_samples():
     topology, _ = recording("hogs")
     with gzip.open(RECORDINGS / "hogs.jsonl.gz", "rt", encoding="utf-8") as f:
         samples = list(read_recording(f, "hogs")[1])
-    findings, _ = diagnose(samples, topology, {})
+    findings, _, _ = diagnose_run(samples, topology, {})
     suggestion = next(f.suggestion for f in findings if f.suggestion)
     cpus = {c for part in suggestion["cpus"].split(",") for c in _expand(part)}
     assert len(cpus) >= 7
@@ -263,7 +263,7 @@ def test_no_isolation_is_offered_when_the_suggestion_is_every_cpu():
     assert any("nowhere to move them" in w for w in s.warnings)
     proposal = propose_pin(window[-1], 100, window=window)
     assert proposal is not None and proposal.move_off == ()
-    findings, last = diagnose(samples_of(specs), topology, {})
+    findings, last, _ = diagnose_run(samples_of(specs), topology, {})
     text = findings_text(findings, last, 3)
     # Every thread already has every CPU and nothing can move off them: a pin would change
     # nothing, so none is offered, and the text says so.
@@ -351,7 +351,7 @@ def test_a_monitor_gets_its_cpu_findings_but_is_no_rank():
     found = [f for f in evaluate(window[-1], RuleInputs(topology)) if f.pid == 150]
     assert {f.code for f in found} == {"STARVED", "CONTENDED"}
     assert not any("rank" in f.message or "training" in f.message for f in found)
-    findings, last = diagnose(samples_of(specs), topology, {})
+    findings, last, _ = diagnose_run(samples_of(specs), topology, {})
     text = findings_text(findings, last, 3)
     assert text.splitlines()[0] == "watched 1 training job (1 process), and 1 other watched process over 3 intervals"
     rank = suggest_for_job(jobs[100], window[-1], window=window)

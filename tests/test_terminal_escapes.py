@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from affmon.actions.pin import PinResult
 from affmon.actions.threads import ThreadResult
 from affmon.actions.undo import UndoResult
-from affmon.commands.diagnose import diagnose, findings_text
+from affmon.commands.diagnose import diagnose_run, findings_text
 from affmon.commands.report import snapshot_text, topology_text
 from affmon.core.model.rates import Snapshot, make_snapshot
 from affmon.core.model.samples import Sample
@@ -164,7 +164,7 @@ def hostile_samples(recording: str, pool: list[str]) -> tuple[Topology, list[Sam
 def diagnosed(recording: str, pool: list[str]) -> tuple[list[Finding], Snapshot, int]:
     """``affmon diagnose`` over the recording's last three samples, renamed from ``pool``."""
     topology, samples = hostile_samples(recording, pool)
-    findings, last = diagnose(samples, topology, {})
+    findings, last, _ = diagnose_run(samples, topology, {})
     return findings, last, len(samples) - 1
 
 

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from affmon.commands.diagnose import diagnose
+from affmon.commands.diagnose import diagnose_run
 from affmon.core.rules import tick
 from affmon.export.state import ExportState, step
 from tests.recordings import load, monitor
@@ -27,7 +27,7 @@ def test_every_front_end_reaches_the_same_findings(name):
     state = ExportState()
     for s in samples:
         state = step(state, s, topo)
-    found, _last = diagnose(list(samples), topo, {})
+    found, _last, _ = diagnose_run(list(samples), topo, {})
     assert keys(views[-1].findings) == keys(state.findings) == keys(found)
     if name != "clean":
         assert found  # a planted problem is named by all three alike, not vacuously equal

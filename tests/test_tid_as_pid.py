@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from affmon.actions import Journal
+from affmon.actions.journal import Journal
 from affmon.collect.procfs import PF_KTHREAD, ProcFs
 from tests.live import workload
 from tests.test_pin import BOTH, REPO, A, B, cpus, masks

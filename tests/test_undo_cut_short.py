@@ -48,7 +48,8 @@ def test_diagnose_after_an_undo_killed_half_way_says_to_run_undo_again() -> None
 
 CRASHING_UNDO = """
 import os, sys
-from affmon.actions import Journal, OsAffinity
+from affmon.actions.journal import Journal
+from affmon.actions.threads import OsAffinity
 from affmon.actions.undo import undo
 
 class Crash(OsAffinity):
@@ -77,8 +78,7 @@ def _sleepers(count: int) -> subprocess.Popen[str]:
 
 
 def killed_undo_diagnosed(state: Path) -> dict[str, Any]:
-    from affmon.actions import Journal, expected_masks
-    from affmon.actions.journal import default_journal_path
+    from affmon.actions.journal import Journal, default_journal_path, expected_masks
     from affmon.actions.pin import pin
 
     os.environ["XDG_STATE_HOME"] = str(state)

@@ -94,7 +94,8 @@ def test_a_pin_refused_before_any_change_leaves_no_entry() -> None:
 
 CRASHING_PIN = """
 import os, sys
-from affmon.actions import Journal, OsAffinity
+from affmon.actions.journal import Journal
+from affmon.actions.threads import OsAffinity
 from affmon.actions.pin import pin
 
 class Crash(OsAffinity):
@@ -110,7 +111,8 @@ pin(int(sys.argv[1]), {int(sys.argv[2])}, ops=Crash(), journal=Journal(sys.argv[
 
 CRASHING_UNDO = """
 import os, sys
-from affmon.actions import Journal, OsAffinity
+from affmon.actions.journal import Journal
+from affmon.actions.threads import OsAffinity
 from affmon.actions.undo import undo
 
 class Crash(OsAffinity):
@@ -150,7 +152,7 @@ def _sleepers(count: int) -> subprocess.Popen[str]:
 
 
 def killed_pin_then_pin(state: Path) -> dict[str, Any]:
-    from affmon.actions import Journal
+    from affmon.actions.journal import Journal
     from affmon.actions.pin import pin
     from affmon.actions.undo import undo
 
@@ -180,7 +182,7 @@ def killed_pin_then_pin(state: Path) -> dict[str, Any]:
 
 
 def killed_undo(state: Path) -> dict[str, Any]:
-    from affmon.actions import Journal, expected_masks
+    from affmon.actions.journal import Journal, expected_masks
     from affmon.actions.pin import pin
     from affmon.actions.undo import undo
 
@@ -213,7 +215,7 @@ def killed_undo(state: Path) -> dict[str, Any]:
 
 
 def two_journals(state: Path) -> dict[str, Any]:
-    from affmon.actions import Journal
+    from affmon.actions.journal import Journal
     from affmon.actions.pin import pin
     from affmon.actions.undo import undo
 
@@ -253,8 +255,9 @@ def two_journals(state: Path) -> dict[str, Any]:
 
 
 def born_during_undo(state: Path) -> dict[str, Any]:
-    from affmon.actions import Journal, OsAffinity
+    from affmon.actions.journal import Journal
     from affmon.actions.pin import pin
+    from affmon.actions.threads import OsAffinity
     from affmon.actions.undo import undo
     from affmon.core.model.cpuset import CpuSet
     from tests.live import driven
@@ -288,8 +291,9 @@ def born_during_undo(state: Path) -> dict[str, Any]:
 def refused_pin(state: Path) -> dict[str, Any]:
     import errno
 
-    from affmon.actions import Journal, OsAffinity
+    from affmon.actions.journal import Journal
     from affmon.actions.pin import pin
+    from affmon.actions.threads import OsAffinity
     from affmon.core.model.cpuset import CpuSet
 
     a = sorted(os.sched_getaffinity(0))[0]

@@ -96,9 +96,6 @@ class PinResult:
     changed: bool = False
     memory: MigrationResult | None = None
 
-    def by_status(self, status: ThreadStatus) -> tuple[ThreadResult, ...]:
-        return tuple(t for t in self.threads if t.status == status)
-
 
 class _Failure(Exception):
     """A thread could not be changed: the pin stops and rolls back."""

@@ -1,6 +1,7 @@
 """The affinity system calls behind one small interface (real, dry-run, or a test's), the
 result for one thread, and the /proc reads and refusal messages that ``pin`` and
-``undo`` share."""
+``undo`` share; and the pin of the calling thread that ``affmon exec`` makes before it
+execs its command."""
 
 from __future__ import annotations
 
@@ -37,6 +38,15 @@ class OsAffinity:
 
     def set(self, tid: int, cpus: CpuSet) -> None:
         os.sched_setaffinity(tid, cpus)
+
+
+def pin_calling_thread(cpus: CpuSet) -> CpuSet:
+    """Set the calling thread's mask to ``cpus`` and read it back (``affmon exec``, before it
+    execs the command, which keeps the mask): the CPUs the kernel kept, those of ``cpus``
+    that this process's cpuset allows. ``OSError`` as the system call raises it."""
+    affinity = OsAffinity()
+    affinity.set(0, cpus)  # 0: the calling thread
+    return affinity.get(0)
 
 
 class DryRunAffinity:

@@ -47,9 +47,9 @@ from affmon.core.errors import AffmonError, SourceError
 from affmon.core.model.cpuset import CpuSet
 from affmon.core.model.domains import allowed_pool, fmt_cpus
 from affmon.core.model.jobs import Job
-from affmon.core.model.rates import Snapshot, make_snapshot
-from affmon.core.model.samples import Sample
+from affmon.core.model.rates import Snapshot
 from affmon.core.model.topology import Topology
+from affmon.core.model.window import sample_window
 from affmon.core.plan.advice import INIT_IS_NO_JOB, candidate_placements, job_of, movable_occupants
 from affmon.core.plan.placements import Placement
 from affmon.core.plan.tuning import (
@@ -190,7 +190,6 @@ class Tuner:
         self._steps: Iterator[None] | None = None
         self._result: TuneResult | None = None
         self._applied = False  # a trial's pin is in force (abort must undo it)
-        self._last: Sample | None = None
         self._pinned: PinResult | None = None  # the last pin of the job tune made
         self._entry_id: str | None = None  # the journal entry of the trial in force
         self.started = False  # step() has run: a trial may be in force until ``done``
@@ -339,18 +338,10 @@ class Tuner:
         with self._lock:
             self._rows = rows
 
-    def _sample_window(self) -> list[Snapshot]:
-        previous = self.sampler.sample()
-        window = []
-        for _ in range(2):
-            if self._stop.wait(self.interval_s):
-                break
-            current = self.sampler.sample()
-            window.append(make_snapshot(previous, current, self.topology))
-            previous = current
+    def _sample_window(self) -> tuple[Snapshot, ...]:
+        window = sample_window(self.sampler.sample, self.topology, self.interval_s, intervals=2, wait=self._stop.wait)
         if not window:
             raise AffmonError("tune was interrupted before it changed anything")
-        self._last = previous
         return window
 
     def _to_move(self, snapshot: Snapshot, job: Job, placement: Placement) -> tuple[tuple[int, int], ...]:
@@ -476,7 +467,6 @@ class Tuner:
         started since the whole pin are found in a fresh sample and go on ``workers`` too
         (undo knows them as processes started after the pin)."""
         sample = self.sampler.sample()
-        self._last = sample
         me: ProcessKey = (self.pid, self.start_ticks)
         others: dict[int, int] = {}
         if entry_id is not None:
@@ -537,18 +527,8 @@ class Tuner:
 
     def _window(self) -> Measure:
         """Sample every ``tick_s`` for ``window_s``; the window's measure."""
-        previous = self.sampler.sample()
-        ticks: list[Snapshot] = []
-        left = self.window_s
-        while left > 1e-6:
-            self._wait(min(self.tick_s, left))
-            current = self.sampler.sample()
-            tick = make_snapshot(previous, current, self.topology)
-            ticks.append(tick)
-            left -= tick.interval_s
-            previous = current
-        self._last = previous
-        return window_measure(ticks, self.pid, self.with_children, self.gpu_indices)
+        window = sample_window(self.sampler.sample, self.topology, self.tick_s, seconds=self.window_s, wait=self._wait)
+        return window_measure(window, self.pid, self.with_children, self.gpu_indices)
 
     def _wait(self, seconds: float) -> None:
         if self._stop.wait(seconds):

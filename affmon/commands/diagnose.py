@@ -17,6 +17,7 @@ from affmon.core.model.jobs import find_jobs
 from affmon.core.model.rates import Snapshot
 from affmon.core.model.samples import Sample
 from affmon.core.model.topology import Topology
+from affmon.core.model.window import widened
 from affmon.core.plan.advice import attach_suggestions
 from affmon.core.rules import tick
 from affmon.core.rules.base import ExpectedMasks, Finding, Severity
@@ -26,24 +27,19 @@ from affmon.core.text import term_safe
 from affmon.sources.live import live_sources
 
 
-def diagnose(samples: list[Sample], topology: Topology, masks: ExpectedMasks) -> tuple[list[Finding], Snapshot]:
-    """Debounced findings over consecutive samples (the tick every front end shares), with
-    suggestions sized over every interval that raised them; and the last interval."""
-    findings, last, _ = diagnose_run(samples, topology, masks)
-    return findings, last
-
-
 def diagnose_run(
     samples: list[Sample], topology: Topology, masks: ExpectedMasks
 ) -> tuple[list[Finding], Snapshot, dict[int, LoopReport]]:
-    """``diagnose``, and each probed process's loop breakdown over all the intervals."""
+    """Debounced findings over consecutive samples (the tick every front end shares), with
+    suggestions sized over every interval that raised them; the last interval; and each
+    probed process's loop breakdown over all the intervals."""
     state = tick.start(topology)
-    window: list[Snapshot] = []
+    window: tuple[Snapshot, ...] = ()
     loops: list[Mapping[int, LoopReport]] = []
     for sample in samples:
         state = tick.advance(state, sample, masks)
         if state.snapshot is not None:
-            window.append(state.snapshot)
+            window = widened(window, state.snapshot)
             loops.append(state.loops)
     if not window:
         raise SourceError("the samples closed no interval: the clock did not move between them")

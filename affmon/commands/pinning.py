@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import Any
 
 from affmon.actions.describe import result_text, undo_text
@@ -25,8 +24,8 @@ from affmon.collect.sampler import Selection
 from affmon.core.errors import AffmonError, ParseError, SourceError
 from affmon.core.model.cpuset import CpuSet, format_cpulist, parse_cpulist
 from affmon.core.model.jobs import Job
-from affmon.core.model.rates import Snapshot, make_snapshot
 from affmon.core.model.topology import Topology
+from affmon.core.model.window import sample_window
 from affmon.core.plan.advice import (
     NOTHING_TO_PLACE,
     job_of,
@@ -136,14 +135,8 @@ def cmd_pin(args: argparse.Namespace) -> int:
     isolate_candidates: tuple[tuple[int, int], ...] = ()
     if args.suggest or isolate:
         selection = Selection(pids=(pid,), others=True)
-        window: list[Snapshot] = []
         with live_sources(selection) as src:
-            previous = src.sampler.sample()
-            for _ in range(SUGGEST_INTERVALS):
-                time.sleep(args.interval)
-                current = src.sampler.sample()
-                window.append(make_snapshot(previous, current, src.topology))
-                previous = current
+            window = sample_window(src.sampler.sample, src.topology, args.interval, intervals=SUGGEST_INTERVALS)
         snapshot = window[-1]
         if src.notice and isolate:
             sys.stderr.write(f"affmon: note: {src.notice}\n")

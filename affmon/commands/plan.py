@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from affmon.actions.threads import pin_calling_thread
 from affmon.core.errors import AffmonError
 from affmon.core.model.context import small_int
 from affmon.core.model.cpuset import format_cpulist
@@ -192,8 +193,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         return 0
     if mine is not None:
         try:
-            os.sched_setaffinity(0, mine.cpus)
-            got = frozenset(os.sched_getaffinity(0))
+            got = pin_calling_thread(mine.cpus)
             if got != mine.cpus:
                 # The kernel keeps the plan's CPUs that this process's cpuset allows: another
                 # machine's plan (--root), or a cpuset narrower than the plan, runs on fewer.

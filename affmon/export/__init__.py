@@ -4,8 +4,9 @@ Pure, importing nothing that touches the system or prometheus-client:
 
 * ``catalogue``: every metric, its type, unit-bearing name, labels and help text;
 * ``state``: ``ExportState``, the frozen state one tick produces, and ``step``, which
-  turns the previous state and a new ``Sample`` into the next one (counters integrated,
-  findings debounced, exited processes dropped);
+  advances the tick the monitor and ``diagnose`` run too (``affmon.core.rules.tick``:
+  rates, every rule, findings debounced) by a new ``Sample`` and integrates the counters
+  (exited processes dropped);
 * ``families``: ``ExportState`` -> metric families (plain values, testable without HTTP);
 * ``scale``: the series a node of a given shape serves, counted from the catalogue, and
   what a fleet of them costs Prometheus.

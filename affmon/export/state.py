@@ -32,6 +32,7 @@ from affmon.core.rules import tick
 from affmon.core.rules.base import ExpectedMasks, Finding
 from affmon.core.rules.evaluate import FindingTracker
 from affmon.core.rules.loop_report import LoopReport
+from affmon.core.rules.tick import Tick
 
 ProcessKey = tuple[int, int]  # (pid, start ticks)
 GpuKey = tuple[int, str | None]  # (NVML index, PCI bus id)
@@ -162,25 +163,40 @@ class ReplayStatus:
 
 @dataclass(frozen=True)
 class ExportState:
-    """Everything one scrape renders. Built only by ``step``/``failed``; never mutated."""
+    """Everything one scrape renders. Built only by ``step``/``failed``; never mutated.
+
+    ``tick`` is the loop every front end runs (``affmon.core.rules.tick``), as the last
+    sample left it. ``snapshot`` to ``loops`` are what a scrape shows of the last interval
+    it closed: a sample that closes none (the first, or a replay starting again) leaves
+    them as they were. The rest are the exporter's own counters."""
 
     nvml_available: bool = False
-    last_sample: Sample | None = None
+    tick: Tick | None = None  # None until the first sample
     snapshot: Snapshot | None = None  # None until two samples exist
     totals: Totals = field(default_factory=Totals)
-    tracker: FindingTracker = field(default_factory=FindingTracker)
     findings: tuple[Finding, ...] = ()  # active, debounced, of processes still alive
     job_of: Mapping[int, int] = field(default_factory=dict)  # watched pid -> its job's root pid
     # Root pids of the jobs that are training jobs (``Job.training``: the definition
     # ``diagnose``, the monitor and the advice count by).
     training_jobs: frozenset[int] = frozenset()
     loops: Mapping[int, LoopReport] = field(default_factory=dict)  # pid -> its training loop's breakdown
-    samples_total: int = 0
     errors_total: int = 0
     sample_duration_s: float | None = None
     exporter_cpu_s: float | None = None
     own_process: Mapping[str, float] = field(default_factory=dict)  # process_* sample name -> value
     replay: ReplayStatus | None = None  # None: live
+
+    @property
+    def last_sample(self) -> Sample | None:
+        return None if self.tick is None else self.tick.last_sample
+
+    @property
+    def tracker(self) -> FindingTracker:
+        return FindingTracker() if self.tick is None else self.tick.tracker
+
+    @property
+    def samples_total(self) -> int:
+        return 0 if self.tick is None else self.tick.samples
 
 
 def step(
@@ -192,18 +208,15 @@ def step(
     own_process: Mapping[str, float] | None = None,
 ) -> ExportState:
     """The state after one more sample; ``own_process``: the exporter's ``process_*`` values,
-    read with it."""
+    read with it. ``topology`` starts the tick at the first sample (the exporter serves one
+    machine); the tick keeps it."""
+    ticked = tick.advance(tick.start(topology) if state.tick is None else state.tick, sample, expected_masks)
     counted = replace(
         state,
-        last_sample=sample,
-        samples_total=state.samples_total + 1,
+        tick=ticked,
         sample_duration_s=sample.duration_s,
         exporter_cpu_s=exporter_cpu_s,
         own_process=state.own_process if own_process is None else own_process,
-    )
-    # The tick every front end shares (findings of exited processes go with them).
-    ticked = tick.advance(
-        tick.Tick(topology, state.tracker.thresholds, state.last_sample, state.tracker), sample, expected_masks
     )
     snapshot = ticked.snapshot
     if snapshot is None:  # the first sample, or one not newer than the last: no interval to show
@@ -212,7 +225,6 @@ def step(
         counted,
         snapshot=snapshot,
         totals=advance(state.totals, snapshot),
-        tracker=ticked.tracker,
         findings=ticked.findings,
         job_of={m.sample.pid: job.pid for job in ticked.jobs for m in job.members},
         training_jobs=frozenset(job.pid for job in ticked.jobs if job.training),

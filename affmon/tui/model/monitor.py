@@ -9,12 +9,12 @@ thread, the sampler worker; what it hands out is frozen, so the UI thread shares
 mutable.
 
 It also keeps the snapshots of the last ``PIN_WINDOW`` intervals (``recent``, a tuple
-replaced whole each tick, so the UI thread may read it): the pin dialog sizes its
-suggestion over them (``window_until``), as ``affmon diagnose`` sizes its suggestions
-over every interval of its run, instead of over the last interval alone. All but the
-newest are kept as the sizing reads them (``for_need``: the watched processes): with
-10,000 threads that wake, whole snapshots held 1.1 MiB more (RSS after five minutes,
-measured side by side on a two-core VM).
+replaced whole each tick by ``affmon.core.model.window.widened``, so the UI thread may read
+it): the pin dialog sizes its suggestion over them (``window_until``), as ``affmon
+diagnose`` sizes its suggestions over every interval of its run, instead of over the last
+interval alone. All but the newest are kept as the sizing reads them (``for_need``: the
+watched processes): with 10,000 threads that wake, whole snapshots held 1.1 MiB more (RSS
+after five minutes, measured side by side on a two-core VM).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Generic, TypeVar
 from affmon.core.model.rates import Snapshot
 from affmon.core.model.samples import Sample
 from affmon.core.model.topology import Topology
+from affmon.core.model.window import widened
 from affmon.core.rules.base import DEFAULT_THRESHOLDS, ExpectedMasks, Thresholds
 from affmon.core.rules.evaluate import FindingTracker
 from affmon.core.rules.tick import Tick, advance, start
@@ -122,6 +123,14 @@ def _gpu_history(raw: tuple[_Frozen, ...], now: float) -> GpuHistory:
     return GpuHistory(*(_series(r, now) for r in raw))
 
 
+def _for_need(snapshot: Snapshot) -> Snapshot:
+    """``for_need``: its module (and the planner under it) is loaded once a window first
+    holds an earlier interval, not before the monitor's first view."""
+    from affmon.core.plan.need import for_need
+
+    return for_need(snapshot)
+
+
 class Monitor:
     def __init__(
         self,
@@ -141,7 +150,6 @@ class Monitor:
         self._loop: dict[tuple[int, int], tuple[_Ring, ...]] = {}  # the plotted shares, then GPU busy
         self._intervals: deque[float] = deque(maxlen=LAG_WINDOW)
         self._paused_interval = False  # the next interval spans a pause: not the monitor's pace
-        self._window: deque[Snapshot] = deque(maxlen=PIN_WINDOW)
         self.recent: tuple[Snapshot, ...] = ()  # the last PIN_WINDOW snapshots, oldest first
 
     def feed(
@@ -160,12 +168,7 @@ class Monitor:
             self._paused_interval = False
         else:
             self._intervals.append(snapshot.interval_s)
-        if self._window:
-            from affmon.core.plan.need import for_need
-
-            self._window[-1] = for_need(self._window[-1])
-        self._window.append(snapshot)
-        self.recent = tuple(self._window)
+        self.recent = widened(self.recent, snapshot, PIN_WINDOW, earlier=_for_need)
         now = sample.monotonic_s
         gpus = tuple(gpu_row(g) for g in snapshot.gpus)
         for g in gpus:
