@@ -60,22 +60,22 @@ def job_pids(snapshot: Snapshot, root: int, with_children: bool) -> frozenset[in
     return frozenset(tree.descendants({root}, {p.sample.pid: p.sample.ppid for p in snapshot.processes}))
 
 
-def window_measure(ticks: Sequence[Snapshot], root: int, with_children: bool, gpu_indices: Iterable[int]) -> Measure:
-    """The window made of consecutive ``ticks``: the GPU utilisation of ``gpu_indices``
-    weighted by tick length, and the CPU time and wait of the job's threads summed over
-    the ticks (a thread counts from its second sample on)."""
+def window_measure(window: Sequence[Snapshot], root: int, with_children: bool, gpu_indices: Iterable[int]) -> Measure:
+    """The window made of consecutive snapshots ``window``: the GPU utilisation of ``gpu_indices``
+    weighted by interval length, and the CPU time and wait of the job's threads summed over
+    the intervals (a thread counts from its second sample on)."""
     indices = frozenset(gpu_indices)
-    seconds = sum(t.interval_s for t in ticks)
+    seconds = sum(t.interval_s for t in window)
     util_sum = util_s = 0.0
     run_ns = wait_ns = 0
-    for tick in ticks:
-        values = [g.sample.util_percent for g in tick.gpus if g.sample.index in indices]
+    for snapshot in window:
+        values = [g.sample.util_percent for g in snapshot.gpus if g.sample.index in indices]
         known = [v for v in values if v is not None]
         if known:
-            util_sum += sum(known) / len(known) * tick.interval_s
-            util_s += tick.interval_s
-        pids = job_pids(tick, root, with_children)
-        for p in tick.processes:
+            util_sum += sum(known) / len(known) * snapshot.interval_s
+            util_s += snapshot.interval_s
+        pids = job_pids(snapshot, root, with_children)
+        for p in snapshot.processes:
             if p.sample.pid in pids:
                 for th in p.threads:
                     run_ns += th.cpu_ns_delta or 0
