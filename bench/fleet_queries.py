@@ -3,9 +3,9 @@ answers its model's tests read.
 
 ``python -m bench.fleet_queries --instances 5,200`` builds, for each count, a TSDB block of
 that many synthetic instances (each a copy of one of the five recorded nodes that
-tests/test_export_fleet.py replays, the copies taking turns; an hour of samples every 15 s,
+tests/export/test_export_fleet.py replays, the copies taking turns; an hour of samples every 15 s,
 written as OpenMetrics and turned into a block by ``promtool tsdb create-blocks-from
-openmetrics``), starts a Prometheus on it (tests/prom.py, 127.0.0.1), and times affmon
+openmetrics``), starts a Prometheus on it (tests/helpers/prom.py, 127.0.0.1), and times affmon
 fleet's refresh at the block's last instant: the queries each panel sends (always one) and
 the seconds each took, the median of ``--rounds``. The series copied are read from the real
 fleet first: five ``affmon export --replay`` exporters scraped by a real Prometheus.
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from affmon.fleet.client import PrometheusClient  # noqa: E402
 from affmon.fleet.queries import Queries  # noqa: E402
 from affmon.fleet.source import fetch, fetch_node  # noqa: E402
-from tests.prom import FLEET, KILLED, binary, replaying_exporters, running, scrape_config, shared_port  # noqa: E402
+from tests.helpers.prom import FLEET, KILLED, binary, replaying_exporters, running, scrape_config, shared_port  # noqa: E402
 
 SCRAPE_S = 15
 HOUR_S = 3600

@@ -17,7 +17,7 @@ allocates meanwhile differs by what it allocated. It also counts hugetlb pages, 
 page`` the walk can count: ``VM_PFNMAP``/``VM_IO`` mappings (device memory such as a
 GPU's BAR mapped by its driver, ``[vvar]``) and the shared zero page; swapped-out pages
 are in neither. ``VmRSS`` itself is read from per-CPU counters that may lag by a few
-pages per CPU. ``tests/test_numa_maps.py`` checks the two on a live process.
+pages per CPU. ``tests/collect/test_numa_maps.py`` checks the two on a live process.
 
 Cost: the kernel walks the page tables of every mapping for each read, holding the
 process's ``mmap_lock`` for reading (its own ``mmap``/``munmap`` wait meanwhile), so the

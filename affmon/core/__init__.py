@@ -11,7 +11,7 @@
 * ``fmt``: numbers as the front ends spell them.
 
 Nothing in this package touches the system or imports textual, psutil, pynvml or plotext;
-``tests/test_core_purity.py`` proves it, and ``tests/test_layers.py`` checks the order above.
+``tests/project/test_core_purity.py`` proves it, and ``tests/project/test_layers.py`` checks the order above.
 Collectors (``affmon.collect``) and the NVML gateway (``affmon.nvml``) produce the values
 defined here.
 """

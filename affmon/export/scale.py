@@ -4,7 +4,7 @@ fleet the active series and the samples ingested per second at a scrape interval
 
 Each count comes from the catalogue's specs grouped by the entity their labels name (a
 process's ``pid``, a thread's ``(pid, tid)``, a GPU's ``gpu``, none for the exporter), so
-a metric added there is counted here. ``tests/test_export_fleet.py`` holds the arithmetic
+a metric added there is counted here. ``tests/export/test_export_fleet.py`` holds the arithmetic
 against what a real Prometheus ingested from five replaying exporters.
 
 ``python -m affmon.export.scale`` prints the table of docs/export.md ("Scale").

@@ -1,7 +1,7 @@
 """The fleet as Prometheus knows it, from the answers to the panels' queries
 (``affmon.fleet.queries``): nodes, jobs with their ranks, findings with their age, and one
 node's processes. Pure: JSON in (the ``result`` lists of the HTTP API), frozen values out;
-no I/O, no Textual (tests/test_fleet_model.py imports it and checks ``sys.modules``).
+no I/O, no Textual (tests/fleet/test_fleet_model.py imports it and checks ``sys.modules``).
 
 Label values are kept as Prometheus sent them (JSON writes them escaped); whatever shows
 them on a terminal passes them through ``text.term_safe``.

@@ -1,5 +1,5 @@
 """One refresh of ``affmon fleet``: the panels' queries sent to Prometheus, their answers
-kept as they came (``Answers``: what the fixtures of tests/test_fleet_model.py record), and
+kept as they came (``Answers``: what the fixtures of tests/fleet/test_fleet_model.py record), and
 the fleet built from them. One query per panel, whatever the number of nodes: the fleet
 view sends three (nodes, jobs, findings over a range), a node's view one more.
 

@@ -1,7 +1,7 @@
 """`affmon export` under five network attacks, on loopback only: what a normal scrape and the
 sampler see meanwhile.
 
-Starts a workload with many threads (``tests/workload.py --sleepers N``: a large ``--threads``
+Starts a workload with many threads (``tests/helpers/workload.py --sleepers N``: a large ``--threads``
 body), then an exporter watching it (``--pid W --threads``) as a child process, with its
 soft limit on open files set to ``--nofile`` (1024, the usual default; the hard limit is
 left as it is). ``--server new`` runs ``python -m affmon export``; ``--server old`` runs the
@@ -75,7 +75,7 @@ from typing import BinaryIO
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
-WORKLOAD = ROOT / "tests" / "workload.py"
+WORKLOAD = ROOT / "tests" / "helpers" / "workload.py"
 LOOPBACK = "127.0.0.1"
 # What Prometheus 2.x sends with every scrape.
 PROMETHEUS_HEADERS = {
@@ -86,7 +86,7 @@ PROMETHEUS_HEADERS = {
 SLOW_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/plain\r\n\r\n"
 
 
-# -- the attacker's and the scraper's tools (also used by tests/test_export_network.py) ---------
+# -- the attacker's and the scraper's tools (also used by tests/export/test_export_network.py) ---------
 
 
 def scrape(url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None) -> tuple[float, str | None]:
@@ -625,7 +625,7 @@ def costs(threads: int, repeats: int = 5) -> None:
     ``threads`` threads, every one served: the median of ``repeats``."""
     from affmon.export.collector import StateCollector
     from affmon.export.render import _Families, _Formatted
-    from tests.test_export import process, run, sample, thread
+    from tests.export.test_export import process, run, sample, thread
 
     def one(t: int) -> object:
         return sample(t, process(10, *(thread(10 + i, 100 * t + i, 5 * t) for i in range(threads))))

@@ -1,6 +1,6 @@
 """What watching training loops costs: affmon's loop sampler next to ``ps`` reading the same threads at the same rate.
 
-Starts ``--ranks`` loop processes (``tests/loop_workload.py pin_memory``: a worker process
+Starts ``--ranks`` loop processes (``tests/helpers/loop_workload.py pin_memory``: a worker process
 producing a batch every 50 ms through a pipe, a pin-memory-like thread, the loop, plus
 ``--idle-threads`` threads that only wait, as a framework's pools; ``--mode spin``: a loop
 that never blocks, so every probe also reads its Python frames), then, in rounds that
@@ -39,7 +39,7 @@ from affmon.core.model.loop import breakdown, describe
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
-WORKLOAD = ROOT / "tests" / "loop_workload.py"
+WORKLOAD = ROOT / "tests" / "helpers" / "loop_workload.py"
 
 
 def children_cpu_s() -> float:

@@ -15,7 +15,7 @@ import dataclasses
 import gc
 import tracemalloc
 
-from tests.recordings import load
+from tests.helpers.recordings import load
 from tests.tui.helpers import list_app, step
 
 

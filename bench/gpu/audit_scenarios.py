@@ -10,7 +10,7 @@ every CPU: OVERLAP), ``overlap`` (every rank under ``taskset`` on the first quar
 CPUs: OVERLAP and NARROW), ``collapsed`` (each rank under ``taskset -c`` on one CPU, the
 first of its planned slice on a one-node machine: COLLAPSED, and its DataLoader workers
 with it) and ``plan`` (``affmon exec --from-env`` under ``torchrun --no-python``: on plan,
-exit 0). Without GPUs or torch (``--cpu-only``, or found so) it runs tests/audit_job.py,
+exit 0). Without GPUs or torch (``--cpu-only``, or found so) it runs tests/helpers/audit_job.py,
 a pretend job whose ranks carry LOCAL_RANK, in ``separate``, ``overlap`` and
 ``collapsed`` placements instead. Writes OUT/SCENARIO.txt, OUT/SCENARIO.json and
 OUT/audit.md.
@@ -103,7 +103,7 @@ def run_cpu(out: Path) -> list[dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "CUDA_VISIBLE_DEVICES")}
     for name, args in cpu_scenarios():
         job = subprocess.Popen(
-            [PY, str(ROOT / "tests/audit_job.py"), "--visible", "1,0", *args],
+            [PY, str(ROOT / "tests/helpers/audit_job.py"), "--visible", "1,0", *args],
             stdout=subprocess.PIPE,
             text=True,
             env=env,

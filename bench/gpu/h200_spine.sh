@@ -31,7 +31,7 @@ for mode in clean narrow hogs; do
   [ ${#hogs[@]} -gt 0 ] && kill "${hogs[@]}" 2>/dev/null
 done
 
-$py -m pytest -q -s -p no:cacheprovider tests/test_nvml_live.py tests/test_nvml.py >"$logs/nvml_tests.txt" 2>&1
+$py -m pytest -q -s -p no:cacheprovider tests/nvml/test_nvml_live.py tests/nvml/test_nvml.py >"$logs/nvml_tests.txt" 2>&1
 $py - >"$logs/nvml_cost.txt" 2>&1 <<'PY'
 import time
 from affmon.nvml import NvmlGateway

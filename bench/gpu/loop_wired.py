@@ -10,7 +10,7 @@ checkout), as root::
 
 Expected: ``data`` (one DataLoader worker, heavy decode): data_wait largest, INPUT_BOUND;
 ``gpu``: gpu_wait largest, no loop finding; ``python``: on_cpu largest, LOOP_BOUND.
-Without a GPU (``--cpu-only``) it runs ``tests/loop_workload.py queue`` instead and expects
+Without a GPU (``--cpu-only``) it runs ``tests/helpers/loop_workload.py queue`` instead and expects
 data_wait largest and no loop finding (no GPU busy share). Prints one row per mode and
 exits 1 when any row fails.
 """
@@ -38,7 +38,7 @@ SHARES = ("on_cpu", "cpu_wait", "data_wait", "gpu_wait", "other")
 
 def start(mode: str) -> tuple[subprocess.Popen[str], int]:
     if mode == "cpu-only":
-        cmd = [sys.executable, str(ROOT / "tests" / "loop_workload.py"), "queue"]
+        cmd = [sys.executable, str(ROOT / "tests" / "helpers" / "loop_workload.py"), "queue"]
     else:
         cmd = [sys.executable, "-m", "bench.workloads.loop_job", mode, "--seconds", "300"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True, cwd=ROOT)

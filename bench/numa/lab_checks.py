@@ -1,10 +1,10 @@
 """The NUMA lab's checks, run inside the guest (``bench/numa/vm.py``) as one process that
 prints one JSON object: what affmon said and what the guest's kernel says, side by side,
-for ``tests/test_numa_lab.py`` to compare on the host::
+for ``tests/whole/test_numa_lab.py`` to compare on the host::
 
     python -m bench.numa.vm --shape two-nodes -- python -m bench.numa.lab_checks placement tui
 
-Parts run in the order given, in one boot (``tests/test_numa_lab.py`` runs ``placement
+Parts run in the order given, in one boot (``tests/whole/test_numa_lab.py`` runs ``placement
 tui`` on two nodes, ``topology ranks`` on four, ``memory-only`` on the third shape).
 ``topology`` (also run first by ``placement`` and ``memory-only``): ``affmon topology
 --json``, ``lstopo-no-graphics --of xml`` and the node files of sysfs. ``ranks``, ``tui``

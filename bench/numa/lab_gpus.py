@@ -8,7 +8,7 @@ check needs a GPU's node (``CROSS_NUMA`` judges threads against it; ``plan``, ``
   ``numa_node``, ``local_cpulist``) bind-mounted over the guest's ``/sys/bus/pci/devices``
   (``mount_pci_gpus``), or written into a recorded tree that mimics ``/`` with the guest's
   own ``/sys/devices/system`` copied beside it (``recorded_tree``: ``--root``);
-* NVML's list of processes on each GPU: ``tests/fake_pynvml.py`` set as the ``pynvml``
+* NVML's list of processes on each GPU: ``tests/helpers/fake_pynvml.py`` set as the ``pynvml``
   module of the process that calls affmon (``fake_nvml``), for affmon called in that
   process (``affmon.cli.main``).
 
@@ -103,9 +103,9 @@ def _copy_sysfs(source: Path, target: Path, depth: int = 0) -> None:
 
 
 def fake_nvml(gpus: Sequence[LabGpu], pids: Mapping[str, Sequence[int]]) -> Any:
-    """``tests/fake_pynvml.py``'s NVML with ``gpus``, each listing the PIDs ``pids`` gives
+    """``tests/helpers/fake_pynvml.py``'s NVML with ``gpus``, each listing the PIDs ``pids`` gives
     its bus id; set as ``sys.modules["pynvml"]`` so that affmon's gateway opens it."""
-    from tests.fake_pynvml import FakeGpu, FakeNvml
+    from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 
     fake = FakeNvml(
         [FakeGpu(bus_id=g.nvml_bus_id, util=90, pids=[(p, 1 << 30) for p in pids.get(g.bus_id, ())]) for g in gpus]

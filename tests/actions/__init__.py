@@ -1,0 +1,1 @@
+"""Tests of affmon.actions: pin, undo, isolate, tune and the journal, in private PID namespaces."""

@@ -1,0 +1,1 @@
+"""Tests of affmon.core: the model, the rules, the planner, the recording format (pure)."""

@@ -1,0 +1,1 @@
+"""Tests of affmon.export, the Prometheus exporter, and its alert rules and dashboard."""

@@ -1,0 +1,1 @@
+"""Tests of affmon.fleet, the fleet view over Prometheus."""

@@ -1,0 +1,1 @@
+"""Modules and scripts the tests import or start: workloads with a known shape, fakes, recordings."""

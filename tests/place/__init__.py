@@ -1,0 +1,1 @@
+"""Tests of affmon.place, the in-script placement API."""

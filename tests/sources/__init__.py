@@ -1,0 +1,1 @@
+"""Tests of affmon.sources: live and replayed samples."""
