@@ -6,7 +6,8 @@ fake NVML that puts a workload on a GPU) and the diagnosis (``evaluate`` and the
 No exception; no file descriptor left open; the sampler's caches hold only processes
 that still exist (they would otherwise grow by the ~10,000 PIDs the churn uses up), and
 the Python heap does not grow after the first seconds. Then a long recording replayed
-through the reader and the diagnosis as fast as it parses: the heap stays flat.
+through the reader and the diagnosis as fast as it parses: the heap stays flat. Both are
+marked ``soak`` (``tests/run`` runs them; ``-m 'not soak'`` leaves them out of a quick run).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import tracemalloc
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.sysfs_topology import read_topology
@@ -56,6 +59,7 @@ def open_fds() -> Counter[str]:
     return held
 
 
+@pytest.mark.soak
 def test_sampler_and_diagnosis_under_churn() -> None:
     topology = read_topology("/")
     with workload("--busy", "1", "--sleepers", "2") as job:
@@ -148,6 +152,7 @@ def long_recording(samples: int) -> Iterator[str]:
         yield _STAMP.sub(f'{{"sample":{{"monotonic_s":{1000.0 + n:.1f},', line, count=1)
 
 
+@pytest.mark.soak
 def test_a_long_recording_replayed_at_full_speed_keeps_memory_flat() -> None:
     """The reader is lazy and the diagnosis keeps nothing per tick: replaying 300 ticks of
     a 300-thread machine as fast as they parse, the number of live Python objects at the
