@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import ClassVar
 
 from rich.text import Text
@@ -44,7 +44,7 @@ from affmon.core.errors import AffmonError
 from affmon.core.model.samples import Sample
 from affmon.core.text import term_safe
 from affmon.sources.stream import Source
-from affmon.tui import heap
+from affmon.tui import heap, textual_fast
 from affmon.tui.demo import DemoState, demo_banner, next_state
 from affmon.tui.first_frame import EarlyScreen
 from affmon.tui.layout import (
@@ -127,7 +127,6 @@ class AffmonApp(App[None]):
         pinner: Pinner,
         interval: float | None = None,
         focus_pid: int | None = None,
-        clock: Callable[[], float] = time.time,
         *,
         autostart: bool = True,
         history_len: int = HISTORY_LEN,
@@ -135,6 +134,7 @@ class AffmonApp(App[None]):
         demo: bool = False,
         first_view: View | None = None,
         early: EarlyScreen | None = None,
+        textual_overrides: Collection[str] | None = None,
     ) -> None:
         """``interval``: seconds between ticks (None: the source's pace, a replay's
         recorded one divided by its speed). ``autostart`` False: no tick runs until
@@ -143,13 +143,16 @@ class AffmonApp(App[None]):
         recording, with a banner that says what it shows. ``first_view``: the live
         source's first sample as ``Monitor.first_look`` shows it, made already (the
         first frame drawn before Textual loaded): shown as soon as the screen is up.
-        ``early``: that frame's screen, which the terminal driver takes over."""
+        ``early``: that frame's screen, which the terminal driver takes over.
+        ``textual_overrides``: the overrides of Textual's privates to use
+        (``affmon.tui.textual_fast``; None: as its switch in the environment says)."""
         # Dropped once shown: a view holds its snapshot, every thread's sample and rates of
         # the first tick, which no later view shares (held, 2.2 MiB more after five minutes
         # at 10,000 threads, measured).
         self._first_view = first_view
         self._had_first_view = first_view is not None
         self._early = early  # before Textual's __init__, which asks for the driver's class
+        self.textual_overrides = textual_fast.overrides(textual_overrides)
         super().__init__()
         self.restart_source = restart
         self.demo = demo
@@ -160,7 +163,6 @@ class AffmonApp(App[None]):
         self.source = source
         self.pinner = pinner
         self.interval = interval
-        self.clock = clock
         self.autostart = autostart
         self.monitor = Monitor(source.topology, source.info, history_len=history_len)
         self.view: View | None = None
@@ -179,21 +181,15 @@ class AffmonApp(App[None]):
         # The options the process table's rows were last built with, and each row's place:
         # rows whose figures read alike keep their places (``table.settle``).
         self._rows_shown: tuple[TableOptions, dict[str, int]] | None = None
-        self.panes = Panes()
+        self.panes = Panes(lean_tables=textual_fast.TABLE in self.textual_overrides)
         if autostart and source.live:
             # The first sample is read while Textual starts (CSS, layout: a few hundred ms),
             # if the caller has not started it already: the first tick takes it.
             source.read_ahead()
 
-    def get_default_screen(self) -> Screen[object]:
-        from affmon.tui.screen import MainScreen
-
-        return MainScreen(id="_default")
-
     def get_driver_class(self) -> type[Driver]:
-        from affmon.tui.driver import driver_class
-
-        return driver_class(super().get_driver_class(), self._early)
+        on = textual_fast.DRIVER in self.textual_overrides
+        return textual_fast.driver_class(super().get_driver_class(), self._early, on)
 
     # -- layout ---------------------------------------------------------------------
 
@@ -387,7 +383,7 @@ class AffmonApp(App[None]):
         narrow = self.size.width < FOOTER_COMPACT_BELOW
         footer.compact, footer.show_command_palette = narrow, not narrow
         if self.view is not None:
-            rows = len(self.panes.table._keys)
+            rows = self.panes.table.row_count
             self._size_panes(rows)
             self.call_after_refresh(self._size_panes, rows)  # again once the panes have their new sizes
 

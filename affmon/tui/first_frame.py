@@ -9,12 +9,13 @@ none is shown), or why there are none. Textual's first screen then draws over it
 
 ``EarlyScreen`` owns the terminal until Textual's driver takes it: it switches to the
 alternate screen (saving the cursor, as Textual's driver would), hides the cursor and
-turns off line wrapping, and draws each line at its row. The driver (``affmon.tui.driver``)
-asks ``hand_over`` when it starts: the alternate screen is on already, so it does not
-switch again (a second switch would save the alternate screen's cursor over the shell's,
-and the shell's prompt would come back at the wrong place on exit); from then on the
-driver restores everything on exit. Where Textual never takes over (an error while it
-loads, another driver), ``close`` puts the terminal back as it was.
+turns off line wrapping, and draws each line at its row. The monitor's driver
+(``affmon.tui.textual_fast.QuietLinuxDriver``) asks ``hand_over`` when it starts: the
+alternate screen is on already, so it does not switch again (a second switch would save
+the alternate screen's cursor over the shell's, and the shell's prompt would come back at
+the wrong place on exit); from then on the driver restores everything on exit. Where
+Textual never takes over (an error while it loads), or its own driver does (the overrides
+off, another driver), ``close`` puts the terminal back as it was first.
 
 Nothing here imports Textual or Rich: the frame costs the sample's formatting only.
 """

@@ -3,7 +3,8 @@ second and a footer of key hints, and nothing else. ``tui_cost --floor`` runs it
 affmon and htop: the CPU a Textual app needs to redraw a clock at 1 Hz, whatever it shows
 below it (its event loop, its input thread, one line rendered and written). It runs
 with Textual's own terminal driver, whose input thread wakes ten times a second; affmon's
-(``affmon.tui.driver``) sleeps until a key, so affmon's floor is below this one.
+(``affmon.tui.textual_fast.QuietLinuxDriver``) sleeps until a key, so affmon's floor is
+below this one.
 
     python -m bench.cost.textual_floor
 """

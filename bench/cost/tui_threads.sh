@@ -7,7 +7,10 @@
 # JOB="command": also start a real job (e.g. on a GPU machine, with RANKS=0:
 # JOB="python3 -m bench.workloads.train_job --seconds 400"), wait for its READY line, and
 # with JOB_PID=1 give its pid to the monitor (--pid). The monitor is this checkout's.
-#   [RANKS=1] [THREADS=0] [JOB=...] [JOB_PID=1] [PYTHON=...] bench/cost/tui_threads.sh [SECONDS]
+# SCHEDSTAT=1: each thread's time on a CPU from /proc/PID/task/TID/schedstat (nanoseconds, as
+# the scheduler counts it) in place of utime + stime (clock ticks: 0.33 ms a second over 30 s,
+# and a thread that wakes for microseconds at a time is charged only the ticks it is caught in).
+#   [RANKS=1] [THREADS=0] [JOB=...] [JOB_PID=1] [PYTHON=...] [SCHEDSTAT=1] bench/cost/tui_threads.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-40}
@@ -49,15 +52,20 @@ names=$tmp/names
 if [ -x "$(dirname "$py")/py-spy" ]; then
   "$(dirname "$py")/py-spy" dump -p "$monitor" 2>/dev/null | sed -n 's/^Thread \([0-9]*\) ([a-z]*): "\(.*\)"$/\1 \2/p' > "$names" || true
 fi
-ticks() { awk '{print $14 + $15}' "$1"; }
-snap() { for t in /proc/"$monitor"/task/*; do echo "$(basename "$t") $(ticks "$t/stat")"; done; }
-snap > "$tmp/t0"; h0=$(ticks /proc/"$htop"/stat)
+if [ -n "${SCHEDSTAT:-}" ]; then
+  cpu() { awk '{print $1}' "$1/schedstat"; }  # nanoseconds
+  ms=0.000001 digits=2 counted="schedstat"
+else
+  cpu() { awk '{print $14 + $15}' "$1/stat"; }  # clock ticks
+  ms=$(awk -v hz="$(getconf CLK_TCK)" 'BEGIN {print 1000 / hz}') digits=1 counted="utime + stime"
+fi
+snap() { for t in /proc/"$monitor"/task/*; do echo "$(basename "$t") $(cpu "$t")"; done; }
+snap > "$tmp/t0"; h0=$(cpu /proc/"$htop")
 sleep "$secs"
-snap > "$tmp/t1"; h1=$(ticks /proc/"$htop"/stat)
-hz=$(getconf CLK_TCK)
-echo "over $secs s ($(cut -d' ' -f1-3 /proc/loadavg) load): ms of CPU a second"
+snap > "$tmp/t1"; h1=$(cpu /proc/"$htop")
+echo "over $secs s ($(cut -d' ' -f1-3 /proc/loadavg) load): ms of CPU a second ($counted)"
 join "$tmp/t0" "$tmp/t1" | while read -r tid a b; do
   name=$(awk -v t="$tid" '$1 == t {print $2}' "$names"); [ -n "$name" ] || name="thread $tid"
-  awk -v n="$name" -v d=$((b - a)) -v s="$secs" -v hz="$hz" 'BEGIN {if (d) printf "  affmon %-14s %5.1f\n", n, d * 1000 / hz / s}'
+  awk -v n="$name" -v d=$((b - a)) -v s="$secs" -v ms="$ms" -v k="$digits" 'BEGIN {if (d) printf "  affmon %-14s %5.*f\n", n, k, d * ms / s}'
 done
-join "$tmp/t0" "$tmp/t1" | awk -v s="$secs" -v hz="$hz" -v h=$((h1 - h0)) '{d += $3 - $2} END {printf "  affmon in all     %5.1f\n  htop              %5.1f\n  ratio             %5.2f\n", d * 1000 / hz / s, h * 1000 / hz / s, (h ? d / h : 0)}'
+join "$tmp/t0" "$tmp/t1" | awk -v s="$secs" -v ms="$ms" -v k="$digits" -v h=$((h1 - h0)) '{d += $3 - $2} END {printf "  affmon in all     %5.*f\n  htop              %5.*f\n  ratio             %5.2f\n", k, d * ms / s, k, h * ms / s, (h ? d / h : 0)}'

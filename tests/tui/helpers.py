@@ -19,9 +19,7 @@ from affmon.core.plan.advice import PinProposal, propose_pin
 from affmon.core.rules.base import ExpectedMasks
 from affmon.sources.stream import ReplaySource, SourceInfo
 from affmon.tui.app import AffmonApp
-from tests.recordings import RECORDINGS, load
-
-FIXED_CLOCK = 1_800_000_000.0
+from tests.helpers.recordings import RECORDINGS, load
 
 
 class FakePinner:
@@ -126,7 +124,6 @@ def replay_app(name: str, pinner: Any = None, **kwargs: Any) -> AffmonApp:
     return AffmonApp(
         ReplaySource(str(RECORDINGS / f"{name}.jsonl.gz")),
         pinner if pinner is not None else FakePinner(),
-        clock=lambda: FIXED_CLOCK,
         autostart=False,
         **kwargs,
     )

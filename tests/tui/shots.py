@@ -2,15 +2,15 @@
 the README's screenshots (``bench/screenshots.py``) both render these shots through
 ``render``, so a baseline and the picture in the README cannot drift apart.
 
-Each shot replays a recording into the app (a fake pinner, a fixed clock), steps through
-every sample, presses its keys, and takes the screenshot Textual's snapshot plugin takes
-(``take_svg_screenshot``). A shot of the tune dialog (``T``) hands the pinner a
+Each shot replays a recording into the app (a fake pinner; the header's clock shows the
+recording's time), steps through every sample, presses its keys, and takes the screenshot
+Textual's snapshot plugin takes (``take_svg_screenshot``). A shot of the tune dialog (``T``) hands the pinner a
 ``RecordedTune``: the rows ``Tuner`` lists, from the recording."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +28,8 @@ from affmon.core.plan.placements import Placement
 from affmon.core.plan.tuning import ScoreKind
 from affmon.sources.stream import ReplaySource
 from affmon.tui.app import AffmonApp
-from tests.recordings import load
-from tests.tui.helpers import FIXED_CLOCK, FakePinner, play, replay_app
+from tests.helpers.recordings import load
+from tests.tui.helpers import FakePinner, play, replay_app
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "affmon" / "data" / "demo.jsonl.gz"
@@ -157,25 +157,30 @@ class RecordedTune:
         pass
 
 
-def make_app(shot: Shot) -> AffmonApp:
+def make_app(shot: Shot, textual_overrides: Collection[str] | None = None) -> AffmonApp:
+    """``textual_overrides``: ``AffmonApp``'s (None: as ``AFFMON_STOCK_TEXTUAL`` says)."""
     if shot.recording == "demo":
         return AffmonApp(
             ReplaySource(str(DEMO)),
             FakePinner(),
-            clock=lambda: FIXED_CLOCK,
             autostart=False,
             restart=lambda: ReplaySource(str(DEMO)),
             demo=True,
+            textual_overrides=textual_overrides,
         )
     pinner = FakePinner()
     if shot.tune is not None:
         pinner.tune_sessions.append(RecordedTune(shot.recording, shot.tune))
-    return replay_app(shot.recording, pinner)
+    return replay_app(shot.recording, pinner, textual_overrides=textual_overrides)
 
 
-def render(shot: Shot, title: str | None = None) -> str:
+def render(shot: Shot, title: str | None = None, textual_overrides: Collection[str] | None = None) -> str:
     """The SVG of ``shot``: what ``snap_compare`` compares, and what the README shows."""
     svg: Any = take_svg_screenshot(
-        app=make_app(shot), press=shot.press, terminal_size=shot.size, run_before=shot.before, title=title
+        app=make_app(shot, textual_overrides),
+        press=shot.press,
+        terminal_size=shot.size,
+        run_before=shot.before,
+        title=title,
     )
     return str(svg)

@@ -18,7 +18,7 @@ from affmon.tui.screens import PinScreen, UndoScreen
 from affmon.tui.widgets.detail import DetailText
 from affmon.tui.widgets.header import HeaderBar
 from affmon.tui.widgets.processes import ProcessTable
-from tests.recordings import load
+from tests.helpers.recordings import load
 from tests.tui.helpers import FakePinner, ListSource, list_app, play, replay_app, step
 
 SIZE = (160, 48)
@@ -362,7 +362,7 @@ def test_live_the_first_view_covers_a_real_interval():
     the first view now closes an interval of FIRST_INTERVAL_S (then --interval)."""
     from affmon.sources.stream import LiveSource
     from affmon.tui.app import FIRST_INTERVAL_S
-    from tests.live import workload
+    from tests.helpers.live import workload
 
     async def go(pid: int):
         source = LiveSource((pid,), interval_s=5.0)
@@ -391,7 +391,7 @@ def test_live_the_first_view_is_let_go_once_a_measured_view_replaces_it():
 
     from affmon.sources.stream import LiveSource
     from affmon.tui.first_frame import first_view
-    from tests.live import workload
+    from tests.helpers.live import workload
 
     async def go(pid: int):
         source = LiveSource((pid,), interval_s=5.0)
@@ -563,7 +563,7 @@ def test_f6_lists_every_column_with_the_sorted_one_marked_and_enter_sorts_by_it(
 
 def test_every_sort_orders_the_rows_and_s_cycles_through_them_all():
     from affmon.tui.model.table import SORTS, TableOptions, next_sort, table_rows
-    from tests.recordings import views
+    from tests.helpers.recordings import views
 
     view = views("hogs")[-1]
     seen = []

@@ -6,7 +6,7 @@ without CPUs, alike ones in one line. A one-node machine's map grows by no line,
 whose memory and distances are unknown keeps the map it had.
 
 Expected figures come from the topology the readers made (``format_gib``,
-``Topology.distance``), which ``tests/test_topology_numa_distances.py`` holds against
+``Topology.distance``), which ``tests/collect/test_topology_numa_distances.py`` holds against
 hwloc's own reading of the same trees."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from affmon.tui.app import AffmonApp
 from affmon.tui.model.views import core_groups
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.cores import CoreMap, core_map_text, node_summary
-from tests.recordings import load
-from tests.test_topology_sysfs import extract_tree
+from tests.collect.test_topology_sysfs import extract_tree
+from tests.helpers.recordings import load
 from tests.tui.helpers import FakePinner, ListSource, play
 
 PALETTE = Palette("red", "yellow", "green", "cyan", "grey", "dim", "white", ("blue",))

@@ -17,7 +17,7 @@ from affmon.core.rules.base import Finding, Severity
 from affmon.tui.app import AffmonApp
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.detail import DetailText, detail_lines, hang_wrap
-from tests.recordings import last_view
+from tests.helpers.recordings import last_view
 from tests.tui.helpers import play, replay_app
 
 PALETTE = Palette("red", "yellow", "green", "cyan", "grey", "dim", "white", ("blue",))

@@ -1,6 +1,7 @@
-"""The terminal driver's input thread: asleep while nothing is typed, awake for a key, for
-an Escape pressed alone (once the parser's wait for the rest of a sequence is over) and
-for a stop. Against a real pseudo-terminal."""
+"""The terminal driver (``textual_fast.QuietLinuxDriver``, the ``driver`` override): its
+input thread asleep while nothing is typed, awake for a key, for an Escape pressed alone
+(once the parser's wait for the rest of a sequence is over) and for a stop; a terminal
+that hangs up ends the monitor. Against a real pseudo-terminal."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import pytest
 from textual import events
 from textual.drivers.linux_driver import LinuxDriver
 
-from affmon.tui.driver import HungUpTolerant, QuietLinuxDriver, driver_class, select_timeout, terminal_alive
+from affmon.tui import textual_fast
+from affmon.tui.first_frame import EarlyScreen
+from affmon.tui.textual_fast import HungUpTolerant, QuietLinuxDriver, driver_class, select_timeout, terminal_alive
 from tests.tui.helpers import list_app
 
 
@@ -192,4 +195,21 @@ def test_it_sleeps_until_the_parsers_deadline_or_until_input():
 def test_the_monitor_uses_it_where_textual_would_use_its_linux_driver():
     assert driver_class(LinuxDriver) is QuietLinuxDriver
     assert driver_class(QuietLinuxDriver) is QuietLinuxDriver  # any other choice stands
-    assert list_app("clean").get_driver_class() is QuietLinuxDriver
+    assert list_app("clean", textual_overrides=[textual_fast.DRIVER]).get_driver_class() is QuietLinuxDriver
+    # the override off: Textual's own
+    assert driver_class(LinuxDriver, on=False) is LinuxDriver
+    assert list_app("clean", textual_overrides=[textual_fast.TABLE]).get_driver_class() is LinuxDriver
+
+
+def test_textuals_own_driver_gets_a_terminal_the_first_frame_has_put_back():
+    """Textual's driver switches to the alternate screen itself: the first frame's screen
+    is closed first (the quiet driver takes it over as it is)."""
+    closed: list[bool] = []
+
+    class Early(EarlyScreen):
+        def close(self) -> None:
+            closed.append(True)
+
+    quiet = driver_class(LinuxDriver, Early(-1))
+    assert issubclass(quiet, QuietLinuxDriver) and quiet.early is not None and closed == []
+    assert driver_class(LinuxDriver, Early(-1), on=False) is LinuxDriver and closed == [True]

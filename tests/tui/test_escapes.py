@@ -17,9 +17,9 @@ from rich.console import Console
 from affmon.sources.stream import ReplaySource
 from affmon.tui.app import AffmonApp
 from affmon.tui.screens import PinScreen
-from tests.recordings import RECORDINGS
-from tests.test_terminal_escapes import is_active
-from tests.tui.helpers import FIXED_CLOCK, FakePinner, play
+from tests.helpers.recordings import RECORDINGS
+from tests.tui.helpers import FakePinner, play
+from tests.tui.test_terminal_escapes import is_active
 
 SIZE = (160, 48)
 TITLE = "\x1b]0;PWNED\x07"
@@ -68,9 +68,7 @@ def screen_text(app: AffmonApp) -> str:
 def test_a_crafted_replay_puts_no_control_character_on_screen(tmp_path):
     async def go() -> list[tuple[str, str]]:
         shots = []
-        app = AffmonApp(
-            ReplaySource(str(crafted_recording(tmp_path))), FakePinner(), clock=lambda: FIXED_CLOCK, autostart=False
-        )
+        app = AffmonApp(ReplaySource(str(crafted_recording(tmp_path))), FakePinner(), autostart=False)
         async with app.run_test(size=SIZE) as pilot:
             await play(pilot)
             assert app.selected_pid == JOB  # its CONTENDED finding names the hogs

@@ -32,8 +32,8 @@ from affmon.tui.pinner import ReplayPinner, SystemPinner
 from affmon.tui.screens import PinScreen
 from affmon.tui.tune_screen import TuneScreen
 from affmon.tui.widgets.detail import DetailText, ProcessPlot
-from tests.live import workload
-from tests.recordings import load, monitor
+from tests.helpers.live import workload
+from tests.helpers.recordings import load, monitor
 from tests.tui.helpers import FakePinner, list_app, play, replay_app
 
 SIZE = (160, 48)

@@ -45,9 +45,10 @@ from affmon.tui.first_frame import (
 from affmon.tui.model.header_line import SEPARATOR, fit, header_segments
 from affmon.tui.model.monitor import Monitor
 from affmon.tui.model.views import View
+from affmon.tui.textual_fast import SWITCH
 from bench.cost.first_frame_parts import spied
-from tests.recordings import RECORDINGS, load, monitor
-from tests.test_terminal_escapes import is_active
+from tests.helpers.recordings import RECORDINGS, load, monitor
+from tests.tui.test_terminal_escapes import is_active
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 JOB = 608  # the ResNet job of hogs.jsonl.gz (the escapes test's crafted recording uses it too)
@@ -316,9 +317,13 @@ def run_in_pty(args: list[str], env: dict[str, str], until: str, size: tuple[int
         os.close(master)
 
 
-def monitor_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TEXTUAL")}
+def monitor_env(stock_textual: bool = False) -> dict[str, str]:
+    """The environment the monitor runs in: with the overrides of Textual's privates
+    (``affmon.tui.textual_fast``), or on stock Textual."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEXTUAL") and k != SWITCH}
     env["TERM"] = "xterm-256color"
+    if stock_textual:
+        env[SWITCH] = "1"
     return env
 
 
@@ -333,6 +338,21 @@ def test_in_a_terminal_the_frame_comes_first_and_textual_draws_over_it():
     assert out.count("\x1b[?1049h") == 1  # Textual's driver did not switch again
     assert out.count("\x1b[?1049l") == 1 and out.rindex("\x1b[?1049l") > textual  # back on exit, once
     assert out.rindex("\x1b[?25h") > out.rindex("\x1b[?1049l")  # the cursor shown again
+
+
+def test_on_stock_textual_the_frame_is_put_back_before_textuals_driver_switches_screens():
+    """Textual's own driver (the ``driver`` override off) does not take the first frame's
+    screen over: the frame leaves the alternate screen first (the shell's screen shows for a
+    moment), so Textual's switch saves the shell's cursor, not the frame's."""
+    with pinned_child() as pid:
+        out, status = run_in_pty(["--pid", str(pid)], monitor_env(stock_textual=True), until="Quit")
+    assert status == 0
+    assert out.startswith(ENTER)
+    textual = out.index("Processes")
+    first_leave = out.index(LEAVE)
+    assert out.index(STARTING) < first_leave < out.index("\x1b[?1049h", len(ENTER)) < textual
+    assert out.count("\x1b[?1049h") == 2 and out.count("\x1b[?1049l") == 2
+    assert out.rindex("\x1b[?1049l") > textual and out.rindex("\x1b[?25h") > out.rindex("\x1b[?1049l")
 
 
 def test_when_the_monitor_fails_after_the_frame_the_terminal_is_put_back():

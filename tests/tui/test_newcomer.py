@@ -294,7 +294,7 @@ def test_a_filter_that_matches_nothing_says_so():
 
 
 def test_a_watched_pid_that_exits_says_so():
-    from tests.recordings import load
+    from tests.helpers.recordings import load
 
     _, samples = load("clean")
     gone = [dataclasses.replace(s, processes=()) for s in samples[2:4]]

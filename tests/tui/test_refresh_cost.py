@@ -1,7 +1,8 @@
 """What a tick costs the UI: the tick's pace, what is rendered again, and the first look.
 
 Each test counts work (cells rendered through Rich, rows formatted, plots set up, timer
-delays) rather than timing it, so they hold on a loaded two-core machine."""
+delays) rather than timing it, so they hold on a loaded two-core machine. The tables'
+tests are of ``textual_fast.LeanTable`` (the ``table`` override), and build it so."""
 
 from __future__ import annotations
 
@@ -22,18 +23,18 @@ from textual.widgets import DataTable
 from textual_plotext.plot import Plot
 
 from affmon.sources.stream import LiveSource
+from affmon.tui import textual_fast
 from affmon.tui.app import MIN_DELAY_S, AffmonApp, next_delay
 from affmon.tui.model.table import TableOptions, table_rows
 from affmon.tui.model.views import ProcessHistory, Series, ThreadRow
 from affmon.tui.palette import palette
 from affmon.tui.screens import PinScreen
 from affmon.tui.widgets import processes
-from affmon.tui.widgets.celltable import CellTable
 from affmon.tui.widgets.detail import DetailText, ProcessPlot, ThreadTable
 from affmon.tui.widgets.processes import ProcessTable
 from affmon.tui.widgets.quiet import QuietStatic
-from tests.recordings import load
-from tests.recordings import monitor as recorded_monitor
+from tests.helpers.recordings import load
+from tests.helpers.recordings import monitor as recorded_monitor
 from tests.tui.helpers import FakePinner, ListSource, play, replay_app, step
 
 SIZE = (160, 48)
@@ -95,7 +96,37 @@ def _thread(tid: int, cpu: float, wait: float = 0.1, busy: bool = False) -> Thre
 
 class _Threads(App[None]):
     def compose(self) -> ComposeResult:
-        yield ThreadTable(id="t")
+        yield textual_fast.table_class(ThreadTable, True)(id="t")
+
+
+def test_a_stock_table_shows_what_a_lean_one_does():
+    """The ``table`` override off: the same cells, written through ``update_cell``."""
+
+    class Both(App[None]):
+        def compose(self) -> ComposeResult:
+            yield ThreadTable(id="stock")
+            yield textual_fast.table_class(ThreadTable, True)(id="lean")
+
+    async def go():
+        app = Both()
+        async with app.run_test(size=(80, 30)) as pilot:
+            stock, lean = app.query_one("#stock", ThreadTable), app.query_one("#lean", ThreadTable)
+            assert not isinstance(stock, textual_fast.LeanTable) and isinstance(lean, textual_fast.LeanTable)
+            app.set_focus(None)  # a focused table's header is drawn in another colour
+            p = palette(app)
+            for rows in (
+                [_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)],
+                [_thread(10, 90.0), _thread(11, 6.0, wait=0.3, busy=True), _thread(12, 1.0)],
+                [_thread(12, 50.0), _thread(10, 40.0)],
+            ):
+                stock.show(rows, p)
+                lean.show(rows, p)
+                await pilot.pause()
+                assert stock.row_count == lean.row_count == len(rows)
+                for y in range(len(rows) + 1):
+                    assert list(stock.render_line(y)) == list(lean.render_line(y)), y
+
+    run(go())
 
 
 def _rich_renders(monkeypatch, rows: Callable[[int], bool]) -> list[tuple[int, int]]:
@@ -135,47 +166,17 @@ def test_one_changed_cell_renders_one_cell(monkeypatch):
     run(go())
 
 
-def test_the_header_row_is_drawn_through_rich_once_while_its_labels_stay(monkeypatch):
-    """Textual keys its render of a header cell on the table's update count, which every
-    changed figure below moves: a repaint of the whole table (a re-sort) drew the header
-    through Rich again. Kept while the labels, widths and look stay; a new label is drawn."""
-    headers = _rich_renders(monkeypatch, lambda row: row == -1)
-
-    async def go():
-        app = _Threads()
-        async with app.run_test() as pilot:
-            t = app.query_one(ThreadTable)
-            p = palette(app)
-            t.show([_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)], p)
-            await pilot.pause()
-            assert headers  # drawn once
-            before = "".join(seg.text for seg in t.render_line(0))
-            headers.clear()
-            t.show([_thread(12, 50.0), _thread(10, 40.0), _thread(11, 30.0)], p)  # every row changed
-            t.refresh()  # the whole table painted again, the header line with it
-            await pilot.pause()
-            assert headers == []
-            assert "".join(seg.text for seg in t.render_line(0)) == before
-            t.columns[t.ordered_columns[0].key].label = Text("THREAD")
-            t._update_count += 1
-            t.refresh()
-            await pilot.pause()
-            assert (-1, 0) in headers and "THREAD" in "".join(seg.text for seg in t.render_line(0))
-
-    run(go())
-
-
 def test_a_changed_row_paints_its_own_line_only(monkeypatch):
     """The table's other lines, down to the blank ones below its last row, are not drawn
     again when one figure changes."""
     painted: list[int] = []
-    original = CellTable.render_line  # the table's own (DataTable's, its styles looked up once a pass)
+    original = textual_fast.LeanTable.render_line  # DataTable's
 
     def counting(self, y):
         painted.append(y)
         return original(self, y)
 
-    monkeypatch.setattr(CellTable, "render_line", counting)
+    monkeypatch.setattr(textual_fast.LeanTable, "render_line", counting)
 
     class Tall(_Threads):
         CSS = "#t { height: 1fr; }"  # a pane taller than its rows, as in the monitor
@@ -201,7 +202,6 @@ def test_the_tables_caches_stay_bounded_as_figures_change():
     """Every tick's changed figures are new renders; what the table keeps of them stays
     within what a screen of rows needs, however long the monitor runs (Textual's own
     caches kept up to 10,000 cells and 1,000 rows and lines a table: 10-15 MiB)."""
-    from affmon.tui.widgets import celltable
 
     async def go():
         app = _Threads()
@@ -211,10 +211,10 @@ def test_the_tables_caches_stay_bounded_as_figures_change():
             for tick in range(400):
                 t.show([_thread(10 + i, float((tick * 7 + i) % 1000) / 10) for i in range(8)], p)
                 await pilot.pause()
-            assert len(t._cell_render_cache) <= celltable.TEXTUAL_CELLS_KEPT
-            assert len(t._row_render_cache) <= celltable.TEXTUAL_ROWS_KEPT
-            assert len(t._line_cache) <= celltable.TEXTUAL_LINES_KEPT
-            assert len(t._renders) <= celltable.RENDER_CACHE_CELLS
+            assert len(t._cell_render_cache) <= textual_fast.TEXTUAL_CELLS_KEPT
+            assert len(t._row_render_cache) <= textual_fast.TEXTUAL_ROWS_KEPT
+            assert len(t._line_cache) <= textual_fast.TEXTUAL_LINES_KEPT
+            assert len(t._renders) <= textual_fast.RENDER_CACHE_CELLS
             assert t.cell_renders >= 400  # the figures did change: each tick rendered new cells
             # and Textual's caches hold the renders of the shown figures alone: one screen
             height = t.size.height
@@ -478,7 +478,7 @@ def test_a_hidden_plot_is_not_set_up_and_is_drawn_once_shown(monkeypatch):
 
 PLOTEXT_PROBE = """
 import asyncio, sys
-from tests.recordings import load, monitor
+from tests.helpers.recordings import load, monitor
 from tests.tui.helpers import play, replay_app
 
 async def go():
@@ -562,7 +562,7 @@ def test_live_the_first_look_comes_before_the_first_interval_closes():
     """Live, the screen shows the processes from the first sample (rates unknown, no
     findings claimed), then the measured view. The first look may be on screen for a moment
     only (Textual took FIRST_INTERVAL_S to start): every view rendered is recorded."""
-    from tests.live import workload
+    from tests.helpers.live import workload
 
     async def go(pid: int):
         source = LiveSource((pid,), interval_s=5.0)
@@ -723,17 +723,17 @@ def test_rows_that_read_alike_keep_their_places_and_repaint_only_their_own_lines
     their order from the last tick, so a tick repaints the four rows whose figures changed
     and no row of a process that only moved. A new sort is the sort's own order."""
     painted: list[int] = []
-    original = CellTable.refresh_row
+    original = textual_fast.LeanTable.refresh_row
 
     def counting(self, row_index):
         if self.id == "processes":
             painted.append(row_index)
         return original(self, row_index)
 
-    monkeypatch.setattr(CellTable, "refresh_row", counting)
+    monkeypatch.setattr(textual_fast.LeanTable, "refresh_row", counting)
 
     async def go():
-        app = replay_app("hogs")
+        app = replay_app("hogs", textual_overrides=[textual_fast.TABLE])
         async with app.run_test(size=SIZE) as pilot:
             await step(app, pilot, 2)
             await pilot.press("a")  # every process: the hogs too

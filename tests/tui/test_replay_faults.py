@@ -12,8 +12,8 @@ from textual.widgets import Static
 
 from affmon.sources.stream import ReplaySource
 from affmon.tui.app import AffmonApp
-from tests.recordings import RECORDINGS
-from tests.tui.helpers import FIXED_CLOCK, FakePinner, step
+from tests.helpers.recordings import RECORDINGS
+from tests.tui.helpers import FakePinner, step
 
 
 def test_a_made_up_wall_time_is_refused_in_the_status_bar(tmp_path):
@@ -25,7 +25,7 @@ def test_a_made_up_wall_time_is_refused_in_the_status_bar(tmp_path):
     path.write_text("\n".join(lines) + "\n")
 
     async def go() -> None:
-        app = AffmonApp(ReplaySource(str(path)), FakePinner(), clock=lambda: FIXED_CLOCK, autostart=False)
+        app = AffmonApp(ReplaySource(str(path)), FakePinner(), autostart=False)
         async with app.run_test(size=(160, 48)) as pilot:
             await step(app, pilot, 2)  # samples 1-2, then 3
             for _ in range(2):  # the refused one, then again: it stays refused

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import usable_cpus, workload
-from tests.tmux import Tmux, tmux_server
+from tests.helpers.live import usable_cpus, workload
+from tests.helpers.tmux import Tmux, tmux_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,10 +125,15 @@ def test_the_live_monitor_runs_without_openssl_loaded(tmux: Tmux, tmp_path: Path
         time.sleep(0.2)
 
 
-def test_the_demo_at_80x24_in_tmux(tmux: Tmux):
+@pytest.mark.parametrize("stock_textual", ["0", "1"], ids=["overrides", "stock-textual"])
+def test_the_demo_at_80x24_in_tmux(tmux: Tmux, stock_textual: str):
     """What a newcomer's first command shows in an 80x24 terminal: the banner, the GPU on one
-    line, help and quit in the footer, Enter's detail, the help, and q to leave."""
-    command = f"cd {ROOT} && env -u COLUMNS -u LINES TERM=xterm-256color {sys.executable} -m affmon --demo --speed 4"
+    line, help and quit in the footer, Enter's detail, the help, and q to leave. With the
+    overrides of Textual's privates (``affmon.tui.textual_fast``) and on stock Textual."""
+    command = (
+        f"cd {ROOT} && env -u COLUMNS -u LINES TERM=xterm-256color AFFMON_STOCK_TEXTUAL={stock_textual} "
+        f"{sys.executable} -m affmon --demo --speed 4"
+    )
     tmux.run("new-session", "-d", "-s", "e2e", "-x", "80", "-y", "24", command)
     screen = tmux.wait_for(lambda s: "python3 rank" in s, "the demo's rank")
     lines = screen.splitlines()
