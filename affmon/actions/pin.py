@@ -64,8 +64,8 @@ from affmon.actions.undo import still_there, sweep_new_threads
 from affmon.collect.cgroup import cgroup_cpuset
 from affmon.collect.identity import tgid_of, uptime_ticks
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs, StatFields
-from affmon.collect.sampler import descendants
 from affmon.core.errors import AffmonError
+from affmon.core.model import tree
 from affmon.core.model.cpuset import MAX_CPU_ID, CpuSet, format_cpulist
 from affmon.core.text import term_safe
 
@@ -329,12 +329,12 @@ class _Pin:
     def _targets(self) -> list[int]:
         if not self.with_children:
             return [self.pid]
-        pairs = []
+        parents: dict[int, int | None] = {}
         for pid in self.proc.pids():
             stat = self._stat(pid)
             if stat is not None:
-                pairs.append((pid, stat.ppid))
-        found = descendants([self.pid], pairs)
+                parents[pid] = stat.ppid
+        found = tree.descendants([self.pid], parents)
         if self.proc.live:
             found.discard(os.getpid())
         return [self.pid, *sorted(found - {self.pid})]

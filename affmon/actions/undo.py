@@ -34,7 +34,7 @@ from affmon.actions.threads import (
 )
 from affmon.collect.cgroup import cgroup_cpuset
 from affmon.collect.procfs import PF_NO_SETAFFINITY, ProcFs
-from affmon.collect.sampler import descendants
+from affmon.core.model import tree
 from affmon.core.model.cpuset import CpuSet, format_cpulist, in_cpuset
 
 TaskKey = tuple[int, "int | None"]  # (TID, start ticks) as journaled
@@ -337,30 +337,31 @@ def _old_masks(entry: JournalEntry, proc: ProcFs) -> dict[int, CpuSet]:
     return masks
 
 
-def _new_descendants(proc: ProcFs, entry: JournalEntry, ancestors: Collection[int]) -> dict[int, int]:
-    """Processes started after the pin whose chain of parents up to one of ``ancestors``
-    (a pinned process, or one isolation moved) holds only such new processes: they were
-    forked with the mask the pin gave it. Each -> that ancestor. Nothing for an entry that
-    does not know when it began."""
-    if entry.since_ticks is None or not ancestors:
+def _new_descendants(proc: ProcFs, entry: JournalEntry, roots: Collection[int]) -> dict[int, int]:
+    """Processes started after the pin whose chain of parents up to one of ``roots`` (a
+    pinned process, or one isolation moved) holds only such new processes: they were forked
+    with the mask the pin gave it. Each -> that root. Nothing for an entry that does not
+    know when it began."""
+    since = entry.since_ticks
+    if since is None or not roots:
         return {}
-    parents: dict[int, int] = {}
+    parents: dict[int, int | None] = {root: None for root in roots}  # a walk up ends at one
     starts: dict[int, int] = {}
     for pid in proc.pids():
         stat = stat_or_none(proc, pid)
-        if stat is not None and stat.ppid is not None:
+        if stat is not None and stat.ppid is not None and pid not in roots:
             parents[pid] = stat.ppid
             starts[pid] = stat.start_ticks
     found: dict[int, int] = {}
-    candidates = descendants(ancestors, parents.items()) - set(ancestors)
-    for pid in sorted(candidates):
-        chain: list[int] = []
-        up = pid
-        while up not in ancestors and up in parents and starts.get(up, -1) >= entry.since_ticks:
-            chain.append(up)
-            up = parents[up]
-        if up in ancestors and chain:
-            found[pid] = up
+    for pid in sorted(tree.descendants(roots, parents) - set(roots)):
+        if starts[pid] < since:
+            continue
+        for up in tree.ancestors(pid, parents):
+            if up in roots:
+                found[pid] = up
+                break
+            if starts[up] < since:
+                break
     return found
 
 

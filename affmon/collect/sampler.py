@@ -69,7 +69,7 @@ from __future__ import annotations
 import os
 import pwd
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import TypeVar
@@ -751,9 +751,3 @@ def _or_none(read: Callable[..., T], *args: object) -> T | None:
         return read(*args)
     except ParseError:
         return None
-
-
-def descendants(roots: Iterable[int], parent_pairs: Iterable[tuple[int, int]]) -> set[int]:
-    """``roots`` and every process below them, from (pid, ppid) pairs read from ``/proc``
-    (``affmon.core.model.tree.descendants``, for the pinner and undo)."""
-    return tree.descendants(roots, dict(parent_pairs))

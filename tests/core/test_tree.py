@@ -16,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from affmon.collect.sampler import descendants as sampler_descendants
 from affmon.core.model.jobs import find_jobs
 from affmon.core.model.rates import ProcessRates, Snapshot, make_snapshot
 from affmon.core.model.samples import ProcessSample, Sample
@@ -267,7 +266,7 @@ def check_callers_as_before(c: Case) -> None:
     pairs = [(p.pid, p.ppid) for p in sample.processes if p.ppid is not None]
     pids = [p.pid for p in sample.processes]
     for roots in ([1], pids[:1], pids[-3:], [p.pid for p in sample.processes if p.gpu_indices]):
-        assert sampler_descendants(roots, pairs) == old_sampler_descendants(roots, pairs)
+        assert descendants(roots, dict(pairs)) == old_sampler_descendants(roots, pairs)
     on_gpu = [p.pid for p in sample.processes if p.gpu_indices]
     for within in ((), (1,), tuple(on_gpu[:1]), tuple(pids[:5])):
         assert find_ranks(sample, {}, within) == old_find_ranks(sample, within)

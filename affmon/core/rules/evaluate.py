@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from affmon.core.model.jobs import find_jobs
+from affmon.core.model.jobs import Job, find_jobs
 from affmon.core.model.rates import ProcessRates, Snapshot
 from affmon.core.model.samples import NodeMemory
 from affmon.core.rules.base import (
@@ -35,11 +35,18 @@ from affmon.core.rules.memory import rule_remote_memory
 from affmon.core.rules.threads import rule_confined_thread, rule_gil_bound, rule_oversubscribed
 
 
-def evaluate(snapshot: Snapshot, ctx: RuleInputs, loops: Mapping[int, LoopReport] | None = None) -> list[Finding]:
+def evaluate(
+    snapshot: Snapshot,
+    ctx: RuleInputs,
+    loops: Mapping[int, LoopReport] | None = None,
+    jobs: Sequence[Job] | None = None,
+) -> list[Finding]:
     """Every rule on one interval, before debouncing, worst first: the CPU, thread, GPU and
     memory rules on each job, ``PCIE_DEGRADED`` on each GPU, and the loop rules on ``loops``
-    (the interval's loop reports by PID; made from the snapshot when not given)."""
-    jobs = find_jobs(snapshot)
+    (the interval's loop reports by PID). ``loops`` and ``jobs`` (``find_jobs``) are made
+    from the snapshot when not given."""
+    if jobs is None:
+        jobs = find_jobs(snapshot)
     findings: list[Finding] = []
     everyone = Neighbours(snapshot, ctx.thresholds)
     for job in jobs:

@@ -62,14 +62,15 @@ def advance(state: Tick, sample: Sample, expected_masks: ExpectedMasks | None = 
         return taken
     snapshot = make_snapshot(previous, sample, state.topology, before=state.snapshot)
     loops = loop_reports(snapshot)
+    jobs = tuple(find_jobs(snapshot))
     inputs = RuleInputs(state.topology, state.thresholds, {} if expected_masks is None else expected_masks)
-    found = evaluate(snapshot, inputs, loops)
+    found = evaluate(snapshot, inputs, loops, jobs)
     tracker = _prune(state.tracker.update(found), {p.pid for p in sample.processes})
     return replace(
         taken,
         tracker=tracker,
         snapshot=snapshot,
-        jobs=tuple(find_jobs(snapshot)),
+        jobs=jobs,
         loops=loops,
         findings=tuple(tracker.active),
         intervals=state.intervals + 1,

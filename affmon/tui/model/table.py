@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from affmon.core.fmt import short_code
+from affmon.core.model.tree import ancestors
 from affmon.tui.model.views import ProcessRow, ThreadRow, View, shown_cpu, shown_wait, thread_rows
 
 # Sort keys in the order `s` cycles through them (F6 lists them all, as htop does), with
@@ -192,16 +193,12 @@ def visible_processes(view: View, options: TableOptions) -> list[ProcessRow]:
     rows = [p for p in view.processes if p.watched or not options.training_only]
     if not options.filter_text.strip():
         return rows
-    by_pid = {p.pid: p for p in rows}
+    parents = {p.pid: p.ppid for p in rows}
     keep: set[int] = set()
     for p in rows:
-        if matches(p, options.filter_text):
-            seen: set[int] = set()
-            cur: ProcessRow | None = p
-            while cur is not None and cur.pid not in seen:
-                seen.add(cur.pid)
-                keep.add(cur.pid)
-                cur = by_pid.get(cur.ppid) if cur.ppid is not None else None
+        if matches(p, options.filter_text):  # the match and the rows above it
+            keep.add(p.pid)
+            keep.update(ancestors(p.pid, parents))
     return [p for p in rows if p.pid in keep]
 
 
@@ -209,11 +206,13 @@ def table_rows(view: View, options: TableOptions, previous: Mapping[str, int] | 
     """The rows of the process table, top to bottom; ``previous``: each row key's place in
     the rows shown at the last tick, under the same options (``settle``)."""
     shown = visible_processes(view, options)
-    by_pid = {p.pid: p for p in shown}
-    every = {p.pid: p for p in view.processes}
+    shown_pids = {p.pid for p in shown}
+    parents = {p.pid: p.ppid for p in view.processes}
     children: dict[int | None, list[ProcessRow]] = {}
     for p in shown:
-        parent = _shown_ancestor(p, by_pid, every)
+        # the nearest ancestor shown, through hidden ones (a shell between a launcher and
+        # its ranks); None makes the row a root
+        parent = next((up for up in ancestors(p.pid, parents) if up in shown_pids), None)
         children.setdefault(parent, []).append(p)
     for siblings in children.values():
         siblings.sort(key=lambda r: sort_key(options.sort, r), reverse=options.reverse)
@@ -244,20 +243,6 @@ def table_rows(view: View, options: TableOptions, previous: Mapping[str, int] | 
 
     walk(children.get(None, []), 0, "", False)
     return tuple(out)
-
-
-def _shown_ancestor(p: ProcessRow, shown: dict[int, ProcessRow], every: dict[int, ProcessRow]) -> int | None:
-    """The nearest ancestor that is shown, walking through hidden ones (a shell between
-    a launcher and its ranks); None makes the row a root."""
-    seen = {p.pid}
-    ppid = p.ppid
-    while ppid is not None and ppid not in seen:
-        if ppid in shown:
-            return ppid
-        seen.add(ppid)
-        parent = every.get(ppid)
-        ppid = parent.ppid if parent is not None else None
-    return None
 
 
 def _threads(view: View, pid: int, sort: str, reverse: bool = False) -> tuple[ThreadRow, ...]:
