@@ -11,7 +11,6 @@ hwloc's own reading of the same trees."""
 
 from __future__ import annotations
 
-import asyncio
 import types
 from dataclasses import replace
 from pathlib import Path
@@ -110,19 +109,16 @@ def test_nothing_known_keeps_the_map_it_had(tmp_path_factory):
     assert map_lines(unknown) == map_lines(t, with_nodes=False)
 
 
-def test_the_monitor_shows_them(tmp_path_factory):
+async def test_the_monitor_shows_them(tmp_path_factory):
     """The app on a 4-node machine at 140x40: the core map pane's own lines."""
     t = topology_of(tmp_path_factory, "pcilocality")
     _, samples = load("hogs")  # its threads ran on CPUs 0-15, all of them on this machine
 
-    async def run() -> list[str]:
-        app = AffmonApp(ListSource(t, samples), FakePinner(), autostart=False)
-        async with app.run_test(size=(140, 40)) as pilot:
-            await play(pilot)
-            cores = app.query_one(CoreMap)
-            return [cores.render_line(y).text.rstrip() for y in range(cores.size.height)]
-
-    drawn = asyncio.run(run())
+    app = AffmonApp(ListSource(t, samples), FakePinner(), autostart=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await play(pilot)
+        cores = app.query_one(CoreMap)
+        drawn = [cores.render_line(y).text.rstrip() for y in range(cores.size.height)]
     title = f"node 1 · L3 · CPUs {format_cpulist(t.cpu_numa_nodes[1].cpus)}"
     i = next(i for i, line in enumerate(drawn) if line and title.startswith(line.rstrip("…")))  # cut to the pane
     assert drawn[i + 1] == f"mem {format_gib(t.cpu_numa_nodes[1].memory_bytes)} · dist 20/10/20/20"

@@ -4,8 +4,6 @@ replayed: the replay's own marker outranks it, so a live header keeps it narrowe
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from affmon.tui.model.header_line import CPU_ONLY_SHORT
@@ -13,23 +11,19 @@ from affmon.tui.widgets.header import HeaderBar
 from tests.tui.helpers import replay_app, step
 
 
-def header_at(width: int) -> tuple[str, str | None]:
+async def header_at(width: int) -> tuple[str, str | None]:
     """The header line as drawn after two samples, and the NVML status it was given."""
     app = replay_app("cpu_only")
-
-    async def run() -> tuple[str, str | None]:
-        async with app.run_test(size=(width, 24)) as pilot:
-            await step(app, pilot, 2)
-            header = app.query_one(HeaderBar)
-            view = header._last[0] if header._last is not None else None
-            return header.text.plain, None if view is None else view.nvml_status
-
-    return asyncio.run(run())
+    async with app.run_test(size=(width, 24)) as pilot:
+        await step(app, pilot, 2)
+        header = app.query_one(HeaderBar)
+        view = header._last[0] if header._last is not None else None
+        return header.text.plain, None if view is None else view.nvml_status
 
 
 @pytest.mark.parametrize(("width", "whole"), [(200, True), (100, False), (80, False)])
-def test_a_cpu_only_monitor_says_so_at_every_width(width: int, whole: bool) -> None:
-    line, status = header_at(width)
+async def test_a_cpu_only_monitor_says_so_at_every_width(width: int, whole: bool) -> None:
+    line, status = await header_at(width)
     assert status is not None and status.startswith("no NVML")  # the recording is CPU-only
     assert len(line) <= width and line.startswith("affmon")
     if whole:

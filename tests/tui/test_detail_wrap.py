@@ -8,8 +8,6 @@ from the widget and matched to the lines it was given."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from rich.cells import cell_len
 
@@ -81,11 +79,7 @@ def drawn_detail(app: AffmonApp) -> tuple[list[str], list[str], int]:
     [((80, 24), ("enter",)), ((140, 40), ()), ((140, 40), ("enter",)), ((200, 50), ()), ((200, 50), ("enter",))],
     ids=["80x24-full-size", "140x40", "140x40-full-size", "200x50", "200x50-full-size"],
 )
-def test_evidence_wraps_with_a_hanging_indent(size, keys):
-    asyncio.run(_evidence_wraps(size, keys))
-
-
-async def _evidence_wraps(size: tuple[int, int], keys: tuple[str, ...]) -> None:
+async def test_evidence_wraps_with_a_hanging_indent(size: tuple[int, int], keys: tuple[str, ...]) -> None:
     app = replay_app("hogs")
     async with app.run_test(size=size) as pilot:
         await play(pilot)
@@ -97,11 +91,7 @@ async def _evidence_wraps(size: tuple[int, int], keys: tuple[str, ...]) -> None:
         assert assert_hanging(source, drawn, width) >= 2
 
 
-def test_a_resize_wraps_again_at_the_new_width():
-    asyncio.run(_resize())
-
-
-async def _resize() -> None:
+async def test_a_resize_wraps_again_at_the_new_width() -> None:
     app = replay_app("hogs")
     async with app.run_test(size=(140, 40)) as pilot:
         await play(pilot)

@@ -53,89 +53,80 @@ def keep_signals():
         signal.signal(s, handler)
 
 
-def test_the_input_thread_sleeps_until_a_key_and_wakes_for_escape_and_for_a_stop(keep_signals):
-    async def go() -> None:
-        app = StubApp()
-        master, slave = pty.openpty()
-        tty.setraw(slave)
-        driver = QuietLinuxDriver(app)  # type: ignore[arg-type]
-        driver.fileno = slave
-        thread = threading.Thread(target=driver.run_input_thread)
-        thread.start()
-        try:
-            await asyncio.sleep(1.0)
-            assert driver.input_wakeups == 0  # Textual's own driver wakes ten times a second
+async def test_the_input_thread_sleeps_until_a_key_and_wakes_for_escape_and_for_a_stop(keep_signals):
+    app = StubApp()
+    master, slave = pty.openpty()
+    tty.setraw(slave)
+    driver = QuietLinuxDriver(app)  # type: ignore[arg-type]
+    driver.fileno = slave
+    thread = threading.Thread(target=driver.run_input_thread)
+    thread.start()
+    try:
+        await asyncio.sleep(1.0)
+        assert driver.input_wakeups == 0  # Textual's own driver wakes ten times a second
 
-            os.write(master, b"q")
-            await wait_for(lambda: "q" in keys(app))
-            woken = driver.input_wakeups
-            assert 1 <= woken <= 2
+        os.write(master, b"q")
+        await wait_for(lambda: "q" in keys(app))
+        woken = driver.input_wakeups
+        assert 1 <= woken <= 2
 
-            os.write(master, b"\x1b")  # Escape alone: a key once the wait for a sequence ends
-            took = await wait_for(lambda: "escape" in keys(app))
-            assert took < 1.0
-            await asyncio.sleep(0.5)
-            assert driver.input_wakeups <= woken + 3  # woke for the byte and the deadline, then slept
+        os.write(master, b"\x1b")  # Escape alone: a key once the wait for a sequence ends
+        took = await wait_for(lambda: "escape" in keys(app))
+        assert took < 1.0
+        await asyncio.sleep(0.5)
+        assert driver.input_wakeups <= woken + 3  # woke for the byte and the deadline, then slept
 
-            driver.exit_event.set()
-            thread.join(timeout=2.0)
-            assert not thread.is_alive()  # the stop wakes it at once (no timeout to wait out)
-        finally:
-            driver.exit_event.set()
-            thread.join(timeout=2.0)
-            driver.close()
-            os.close(master)
-            os.close(slave)
-
-    asyncio.run(go())
+        driver.exit_event.set()
+        thread.join(timeout=2.0)
+        assert not thread.is_alive()  # the stop wakes it at once (no timeout to wait out)
+    finally:
+        driver.exit_event.set()
+        thread.join(timeout=2.0)
+        driver.close()
+        os.close(master)
+        os.close(slave)
 
 
-def test_a_terminal_that_hangs_up_stops_the_input_thread_and_ends_the_monitor(keep_signals):
+async def test_a_terminal_that_hangs_up_stops_the_input_thread_and_ends_the_monitor(keep_signals):
     """The terminal's other end closed: its reads fail (EIO), or read as ended after a
     hang-up, and select calls it ready each time. The thread used to read and go round at
     once, forever, a CPU spent on a terminal no one has; it stops and says so."""
 
-    async def go() -> None:
-        master, slave = pty.openpty()
-        tty.setraw(slave)
-        driver = QuietLinuxDriver(StubApp())  # type: ignore[arg-type]
-        driver.fileno = slave
-        gone: list[float] = []
-        driver.terminal_gone = lambda: gone.append(time.monotonic())  # type: ignore[method-assign]
-        thread = threading.Thread(target=driver.run_input_thread)
-        thread.start()
-        try:
-            await asyncio.sleep(0.3)
-            assert driver.input_wakeups == 0 and not gone
+    master, slave = pty.openpty()
+    tty.setraw(slave)
+    driver = QuietLinuxDriver(StubApp())  # type: ignore[arg-type]
+    driver.fileno = slave
+    gone: list[float] = []
+    driver.terminal_gone = lambda: gone.append(time.monotonic())  # type: ignore[method-assign]
+    thread = threading.Thread(target=driver.run_input_thread)
+    thread.start()
+    try:
+        await asyncio.sleep(0.3)
+        assert driver.input_wakeups == 0 and not gone
+        os.close(master)
+        master = -1
+        await wait_for(lambda: not thread.is_alive())  # nothing more will come from there
+        assert len(gone) == 1 and driver.input_wakeups == 1  # woke once, for the hang-up
+    finally:
+        driver.exit_event.set()
+        thread.join(timeout=2.0)
+        driver.close()
+        if master >= 0:
             os.close(master)
-            master = -1
-            await wait_for(lambda: not thread.is_alive())  # nothing more will come from there
-            assert len(gone) == 1 and driver.input_wakeups == 1  # woke once, for the hang-up
-        finally:
-            driver.exit_event.set()
-            thread.join(timeout=2.0)
-            driver.close()
-            if master >= 0:
-                os.close(master)
-            os.close(slave)
-
-    asyncio.run(go())
+        os.close(slave)
 
 
-def test_a_terminal_gone_sends_the_monitor_the_signal_a_hang_up_sends(keep_signals):
+async def test_a_terminal_gone_sends_the_monitor_the_signal_a_hang_up_sends(keep_signals):
     got: list[int] = []
     signal.signal(signal.SIGHUP, lambda signum, frame: got.append(signum))
 
-    async def go() -> None:
-        driver = QuietLinuxDriver(StubApp())  # type: ignore[arg-type]
-        try:
-            driver.terminal_gone()
-            await wait_for(lambda: bool(got))
-            assert got == [signal.SIGHUP]
-        finally:
-            driver.close()
-
-    asyncio.run(go())
+    driver = QuietLinuxDriver(StubApp())  # type: ignore[arg-type]
+    try:
+        driver.terminal_gone()
+        await wait_for(lambda: bool(got))
+        assert got == [signal.SIGHUP]
+    finally:
+        driver.close()
 
 
 def test_writes_to_a_terminal_that_hung_up_are_dropped_and_reported_once() -> None:
@@ -160,30 +151,27 @@ def test_writes_to_a_terminal_that_hung_up_are_dropped_and_reported_once() -> No
             file.close()
 
 
-def test_sigcont_resumes_only_on_a_terminal_that_is_still_there(keep_signals):
+async def test_sigcont_resumes_only_on_a_terminal_that_is_still_there(keep_signals):
     """The kernel sends SIGCONT right after a hang-up's SIGHUP; taken for a resume after
     Ctrl-Z, it entered application mode again on the dead terminal."""
 
-    async def go() -> None:
-        master, slave = pty.openpty()
-        driver = QuietLinuxDriver(StubApp())  # type: ignore[arg-type]
-        resumed: list[bool] = []
-        driver.resume_application_mode = lambda: resumed.append(True)  # type: ignore[method-assign]
-        driver.fileno = slave
-        try:
-            driver._sigcont_application()
-            assert resumed == [True]  # a resume after Ctrl-Z, as Textual does it
+    master, slave = pty.openpty()
+    driver = QuietLinuxDriver(StubApp())  # type: ignore[arg-type]
+    resumed: list[bool] = []
+    driver.resume_application_mode = lambda: resumed.append(True)  # type: ignore[method-assign]
+    driver.fileno = slave
+    try:
+        driver._sigcont_application()
+        assert resumed == [True]  # a resume after Ctrl-Z, as Textual does it
+        os.close(master)
+        master = -1
+        driver._sigcont_application()
+        assert resumed == [True]  # hung up: nothing to resume on
+    finally:
+        driver.close()
+        if master >= 0:
             os.close(master)
-            master = -1
-            driver._sigcont_application()
-            assert resumed == [True]  # hung up: nothing to resume on
-        finally:
-            driver.close()
-            if master >= 0:
-                os.close(master)
-            os.close(slave)
-
-    asyncio.run(go())
+        os.close(slave)
 
 
 def test_it_sleeps_until_the_parsers_deadline_or_until_input():

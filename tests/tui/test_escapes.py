@@ -6,7 +6,6 @@ rendered, and its text holds none of them; the markup is shown literally."""
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import io
 import json
@@ -65,25 +64,23 @@ def screen_text(app: AffmonApp) -> str:
     return console.export_text(styles=False)
 
 
-def test_a_crafted_replay_puts_no_control_character_on_screen(tmp_path):
-    async def go() -> list[tuple[str, str]]:
-        shots = []
-        app = AffmonApp(ReplaySource(str(crafted_recording(tmp_path))), FakePinner(), autostart=False)
-        async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            assert app.selected_pid == JOB  # its CONTENDED finding names the hogs
-            shots.append(("table and detail", screen_text(app)))
-            shots.append(("svg", app.export_screenshot()))
-            await pilot.press("t")  # thread rows under each process
-            shots.append(("threads", screen_text(app)))
-            await pilot.press("t", "r")
-            assert isinstance(app.screen, PinScreen)
-            await pilot.press("i")  # isolate: lists the hogs it would move off
-            shots.append(("pin dialog", screen_text(app)))
-            shots.append(("pin dialog svg", app.export_screenshot()))
-        return shots
+async def test_a_crafted_replay_puts_no_control_character_on_screen(tmp_path):
 
-    shots = asyncio.run(go())
+    shots = []
+    app = AffmonApp(ReplaySource(str(crafted_recording(tmp_path))), FakePinner(), autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot)
+        assert app.selected_pid == JOB  # its CONTENDED finding names the hogs
+        shots.append(("table and detail", screen_text(app)))
+        shots.append(("svg", app.export_screenshot()))
+        await pilot.press("t")  # thread rows under each process
+        shots.append(("threads", screen_text(app)))
+        await pilot.press("t", "r")
+        assert isinstance(app.screen, PinScreen)
+        await pilot.press("i")  # isolate: lists the hogs it would move off
+        shots.append(("pin dialog", screen_text(app)))
+        shots.append(("pin dialog svg", app.export_screenshot()))
+    shots = shots
     for what, text in shots:
         assert [c for c in text if c != "\n" and is_active(c)] == [], what
     table, _, threads, dialog, _ = (text for _, text in shots)

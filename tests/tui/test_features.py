@@ -5,7 +5,6 @@ a replay's r + Enter, and the tune dialog driven with a fake tuner."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import threading
@@ -39,10 +38,6 @@ from tests.tui.helpers import FakePinner, list_app, play, replay_app
 SIZE = (160, 48)
 GIB = 1 << 30
 RANK = 608  # the hogs recording's rank, on GPU 0 (busy 5-13%), with four DataLoader workers
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
 
 
 def shown(app: Any, selector: str) -> str:
@@ -132,71 +127,59 @@ def test_a_tick_without_a_loop_window_is_a_gap_not_a_zero():
     assert [v is None for v in history.loop.shares[0].values] == [False, False, True, False]
 
 
-def test_the_detail_pane_shows_the_loop_its_verdict_advice_context_and_memory():
-    async def go():
-        app = list_app("hogs", crafted())
-        async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            assert app.selected_pid == RANK
-            text = str(app.query_one(DetailText).render())
-            assert "placed by slurm 4242.0 rank 1" in text
-            assert "memory node 0 12.0 GiB · node 1 0.5 GiB" in text
-            assert "loop GPU busy 5%; loop: data 70%, CPU 10%" in text and "input bound" in text
-            assert "BAD INPUT_BOUND" in text
-            assert "advice: add DataLoader workers (about 12)" in text
-            assert "loop={" not in text and "advice={" not in text  # no raw evidence dumps
-            plot = app.query_one(ProcessPlot)
-            drawn = plot._drawn
-            assert drawn is not None and drawn[0] == RANK
-            assert isinstance(drawn[1], TrackedHistory) and drawn[1].loop is not None
-            assert len(drawn[1].loop.shares[0].values) == 4
-
-    run(go())
+async def test_the_detail_pane_shows_the_loop_its_verdict_advice_context_and_memory():
+    app = list_app("hogs", crafted())
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot)
+        assert app.selected_pid == RANK
+        text = str(app.query_one(DetailText).render())
+        assert "placed by slurm 4242.0 rank 1" in text
+        assert "memory node 0 12.0 GiB · node 1 0.5 GiB" in text
+        assert "loop GPU busy 5%; loop: data 70%, CPU 10%" in text and "input bound" in text
+        assert "BAD INPUT_BOUND" in text
+        assert "advice: add DataLoader workers (about 12)" in text
+        assert "loop={" not in text and "advice={" not in text  # no raw evidence dumps
+        plot = app.query_one(ProcessPlot)
+        drawn = plot._drawn
+        assert drawn is not None and drawn[0] == RANK
+        assert isinstance(drawn[1], TrackedHistory) and drawn[1].loop is not None
+        assert len(drawn[1].loop.shares[0].values) == 4
 
 
-def test_a_context_from_the_process_is_escaped_in_the_detail_pane():
+async def test_a_context_from_the_process_is_escaped_in_the_detail_pane():
     hostile = Context(scheduler="slurm", slurm_job_id=HOSTILE_JOB, numa_binding="node")
 
-    async def go():
-        app = list_app("hogs", crafted(context=hostile))
-        async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            text = str(app.query_one(DetailText).render())
-            assert "placed by slurm 4242?[2J torchrun --numa-binding node" in text
-            assert "\x1b" not in text
-
-    run(go())
+    app = list_app("hogs", crafted(context=hostile))
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot)
+        text = str(app.query_one(DetailText).render())
+        assert "placed by slurm 4242?[2J torchrun --numa-binding node" in text
+        assert "\x1b" not in text
 
 
-def test_a_process_without_loop_context_or_memory_shows_none_of_them():
-    async def go():
-        app = replay_app("hogs")
-        async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            text = str(app.query_one(DetailText).render())
-            assert "placed by" not in text and "memory node" not in text and "\nloop " not in text
-            assert not isinstance(app.query_one(ProcessPlot)._drawn[1], TrackedHistory)
-
-    run(go())
+async def test_a_process_without_loop_context_or_memory_shows_none_of_them():
+    app = replay_app("hogs")
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot)
+        text = str(app.query_one(DetailText).render())
+        assert "placed by" not in text and "memory node" not in text and "\nloop " not in text
+        assert not isinstance(app.query_one(ProcessPlot)._drawn[1], TrackedHistory)
 
 
 # -- r: the window, moving memory, a replay -----------------------------------------------
 
 
-def test_r_sizes_the_suggestion_over_the_recent_intervals():
-    async def go():
-        pinner = FakePinner()
-        app = replay_app("narrow", pinner)
-        async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)  # five samples: four intervals
-            await pilot.press("r")
-            assert isinstance(app.screen, PinScreen)
-            window = pinner.windows[-1]
-            assert len(window) == 4 and window[-1] is app.view.snapshot
-            assert [s.current.monotonic_s for s in window] == sorted(s.current.monotonic_s for s in window)
-            assert "over the last 4 intervals" in shown(app, "#dialog-text")
-
-    run(go())
+async def test_r_sizes_the_suggestion_over_the_recent_intervals():
+    pinner = FakePinner()
+    app = replay_app("narrow", pinner)
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot)  # five samples: four intervals
+        await pilot.press("r")
+        assert isinstance(app.screen, PinScreen)
+        window = pinner.windows[-1]
+        assert len(window) == 4 and window[-1] is app.view.snapshot
+        assert [s.current.monotonic_s for s in window] == sorted(s.current.monotonic_s for s in window)
+        assert "over the last 4 intervals" in shown(app, "#dialog-text")
 
 
 def test_the_window_is_bounded_and_ends_at_the_view_asked_about():
@@ -215,50 +198,44 @@ def test_the_window_is_bounded_and_ends_at_the_view_asked_about():
     assert m.window_until(views[0].snapshot) == ()  # long gone from the window
 
 
-def test_move_memory_is_off_by_default_and_its_toggle_passes_the_consent():
-    async def go():
-        result = MigrationResult(True, False, 0, (), ONE_NODE)
-        pinner = FakePinner(memory=result)
-        app = replay_app("narrow", pinner)
-        async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            await pilot.press("r")
-            assert "[ ] m  move memory too" in shown(app, "#dialog-text")
-            await pilot.press("enter")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-            assert pinner.moves == [False] and "memory:" not in shown(app, "#dialog-text")
-            await pilot.press("enter")
-            await pilot.press("r", "m")
-            assert "[x] m  move memory too" in shown(app, "#dialog-text")
-            await pilot.press("enter")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-            assert pinner.moves == [False, True]
-            assert "memory: one NUMA node: nothing to move" in shown(app, "#dialog-text")
-            await pilot.press("enter")
-            assert "memory: one NUMA node: nothing to move" in shown(app, "#status")
-
-    run(go())
+async def test_move_memory_is_off_by_default_and_its_toggle_passes_the_consent():
+    result = MigrationResult(True, False, 0, (), ONE_NODE)
+    pinner = FakePinner(memory=result)
+    app = replay_app("narrow", pinner)
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot)
+        await pilot.press("r")
+        assert "[ ] m  move memory too" in shown(app, "#dialog-text")
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert pinner.moves == [False] and "memory:" not in shown(app, "#dialog-text")
+        await pilot.press("enter")
+        await pilot.press("r", "m")
+        assert "[x] m  move memory too" in shown(app, "#dialog-text")
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert pinner.moves == [False, True]
+        assert "memory: one NUMA node: nothing to move" in shown(app, "#dialog-text")
+        await pilot.press("enter")
+        assert "memory: one NUMA node: nothing to move" in shown(app, "#status")
 
 
-def test_in_a_replay_r_enter_says_a_replay_pins_nothing():
-    async def go():
-        app = replay_app("narrow", ReplayPinner())
-        async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            await pilot.press("r")
-            assert "a replay pins nothing" in shown(app, "#dialog-keys")
-            await pilot.press("enter")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-            text = shown(app, "#dialog-text")
-            assert "a replay pins nothing" in text and "not pinned:" not in text
-            await pilot.press("escape")
-            status = shown(app, "#status")
-            assert "a replay pins nothing" in status and "failed" not in status
-
-    run(go())
+async def test_in_a_replay_r_enter_says_a_replay_pins_nothing():
+    app = replay_app("narrow", ReplayPinner())
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot)
+        await pilot.press("r")
+        assert "a replay pins nothing" in shown(app, "#dialog-keys")
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        text = shown(app, "#dialog-text")
+        assert "a replay pins nothing" in text and "not pinned:" not in text
+        await pilot.press("escape")
+        status = shown(app, "#status")
+        assert "a replay pins nothing" in status and "failed" not in status
 
 
 def test_the_system_pinner_moves_memory_only_when_asked(tmp_path: Path):
@@ -384,124 +361,109 @@ def dialog(app: Any) -> str:
     return shown(app, "#dialog-text")
 
 
-def test_tune_asks_first_then_fills_the_table_live_and_marks_the_chosen_row():
-    async def go():
-        session = FakeTune()
-        pinner = FakePinner()
-        pinner.tune_sessions.append(session)
-        app = replay_app("hogs", pinner)
-        async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            await pilot.press("T")
-            assert isinstance(app.screen, TuneScreen)
-            screen = app.screen
-            await until(pilot, lambda: screen.state == "asking", "the candidates")
-            _, samples = load("hogs")
-            start = next(p.start_ticks for p in samples[-1].processes if p.pid == RANK)
-            assert session.started_with == (RANK, start)  # the job's root, as it was seen
-            text = dialog(app)
-            assert "score: GPU utilisation" in text
-            # Two passes over 2 candidates (3 s settle + 8 s window each) and three windows of the start.
-            assert "about 68 s" in text and "2 candidates measured twice each (3 s settle + 8 s window)" in text
-            assert "Enter starts" in text and session.next == 0  # nothing measured before Enter
-            await pilot.press("enter")
-            session.release()
-            await until(pilot, lambda: "52.0%" not in dialog(app) and "40.0%" in dialog(app), "row 0's score")
-            text = dialog(app)
-            assert "running" in text and "◀ chosen" not in text
-            session.release()
-            session.release()
-            await until(pilot, lambda: screen.state == "done", "the end")
-            text = dialog(app)
-            assert "61.0%" in text and "52.0%" in text and "◀ chosen" in text
-            chosen_line = next(line for line in text.splitlines() if "◀ chosen" in line)
-            assert chosen_line.lstrip().startswith("2 ") and "moves 2" in chosen_line
-            assert "pinned to CPUs 0-5; u undoes it like any pin" in text
-            await pilot.press("enter")
-            assert not isinstance(app.screen, TuneScreen)
-            assert f"tune of {RANK}: kept row 2, CPUs 0-5 (u undoes it)" in shown(app, "#status")
-            assert session.closed and session.aborts == 0
-
-    run(go())
+async def test_tune_asks_first_then_fills_the_table_live_and_marks_the_chosen_row():
+    session = FakeTune()
+    pinner = FakePinner()
+    pinner.tune_sessions.append(session)
+    app = replay_app("hogs", pinner)
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot)
+        await pilot.press("T")
+        assert isinstance(app.screen, TuneScreen)
+        screen = app.screen
+        await until(pilot, lambda: screen.state == "asking", "the candidates")
+        _, samples = load("hogs")
+        start = next(p.start_ticks for p in samples[-1].processes if p.pid == RANK)
+        assert session.started_with == (RANK, start)  # the job's root, as it was seen
+        text = dialog(app)
+        assert "score: GPU utilisation" in text
+        # Two passes over 2 candidates (3 s settle + 8 s window each) and three windows of the start.
+        assert "about 68 s" in text and "2 candidates measured twice each (3 s settle + 8 s window)" in text
+        assert "Enter starts" in text and session.next == 0  # nothing measured before Enter
+        await pilot.press("enter")
+        session.release()
+        await until(pilot, lambda: "52.0%" not in dialog(app) and "40.0%" in dialog(app), "row 0's score")
+        text = dialog(app)
+        assert "running" in text and "◀ chosen" not in text
+        session.release()
+        session.release()
+        await until(pilot, lambda: screen.state == "done", "the end")
+        text = dialog(app)
+        assert "61.0%" in text and "52.0%" in text and "◀ chosen" in text
+        chosen_line = next(line for line in text.splitlines() if "◀ chosen" in line)
+        assert chosen_line.lstrip().startswith("2 ") and "moves 2" in chosen_line
+        assert "pinned to CPUs 0-5; u undoes it like any pin" in text
+        await pilot.press("enter")
+        assert not isinstance(app.screen, TuneScreen)
+        assert f"tune of {RANK}: kept row 2, CPUs 0-5 (u undoes it)" in shown(app, "#status")
+        assert session.closed and session.aborts == 0
 
 
-def test_escape_while_tuning_aborts_at_once_and_says_the_masks_are_back():
-    async def go():
-        session = FakeTune()
-        pinner = FakePinner()
-        pinner.tune_sessions.append(session)
-        app = replay_app("hogs", pinner)
-        async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            await pilot.press("T")
-            screen = app.screen
-            assert isinstance(screen, TuneScreen)
-            await until(pilot, lambda: screen.state == "asking", "the candidates")
-            await pilot.press("enter")
-            session.release()
-            await until(pilot, lambda: "40.0%" in dialog(app), "row 0's score")
-            await pilot.press("escape")  # row 1 is being measured
-            assert session.aborts == 1
-            await until(pilot, lambda: screen.state == "done", "the restore")
-            text = dialog(app)
-            assert "aborted: the masks from before tune started are back" in text
-            assert text.count("skipped") == 2 and "◀ chosen" not in text
-            await pilot.press("q")
-            assert not isinstance(app.screen, TuneScreen)
-            assert "stopped: the masks from before tune are back" in shown(app, "#status")
-            assert session.closed and session.next == 1
-
-    run(go())
+async def test_escape_while_tuning_aborts_at_once_and_says_the_masks_are_back():
+    session = FakeTune()
+    pinner = FakePinner()
+    pinner.tune_sessions.append(session)
+    app = replay_app("hogs", pinner)
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot)
+        await pilot.press("T")
+        screen = app.screen
+        assert isinstance(screen, TuneScreen)
+        await until(pilot, lambda: screen.state == "asking", "the candidates")
+        await pilot.press("enter")
+        session.release()
+        await until(pilot, lambda: "40.0%" in dialog(app), "row 0's score")
+        await pilot.press("escape")  # row 1 is being measured
+        assert session.aborts == 1
+        await until(pilot, lambda: screen.state == "done", "the restore")
+        text = dialog(app)
+        assert "aborted: the masks from before tune started are back" in text
+        assert text.count("skipped") == 2 and "◀ chosen" not in text
+        await pilot.press("q")
+        assert not isinstance(app.screen, TuneScreen)
+        assert "stopped: the masks from before tune are back" in shown(app, "#status")
+        assert session.closed and session.next == 1
 
 
-def test_escape_before_the_start_changes_nothing():
-    async def go():
-        session = FakeTune()
-        pinner = FakePinner()
-        pinner.tune_sessions.append(session)
-        app = replay_app("hogs", pinner)
-        async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            await pilot.press("T")
-            screen = app.screen
-            await until(pilot, lambda: isinstance(screen, TuneScreen) and screen.state == "asking", "the candidates")
-            await pilot.press("escape")
-            assert not isinstance(app.screen, TuneScreen)
-            assert session.next == 0 and session.closed and session.aborts == 0
-
-    run(go())
+async def test_escape_before_the_start_changes_nothing():
+    session = FakeTune()
+    pinner = FakePinner()
+    pinner.tune_sessions.append(session)
+    app = replay_app("hogs", pinner)
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot)
+        await pilot.press("T")
+        screen = app.screen
+        await until(pilot, lambda: isinstance(screen, TuneScreen) and screen.state == "asking", "the candidates")
+        await pilot.press("escape")
+        assert not isinstance(app.screen, TuneScreen)
+        assert session.next == 0 and session.closed and session.aborts == 0
 
 
-def test_in_a_replay_tune_explains_it_needs_a_live_process():
-    async def go():
-        app = replay_app("hogs", ReplayPinner())
-        async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            await pilot.press("T")
-            assert isinstance(app.screen, TuneScreen)
-            assert "tune needs a live process" in dialog(app)
-            await pilot.press("enter")
-            assert not isinstance(app.screen, TuneScreen)
-
-    run(go())
+async def test_in_a_replay_tune_explains_it_needs_a_live_process():
+    app = replay_app("hogs", ReplayPinner())
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot)
+        await pilot.press("T")
+        assert isinstance(app.screen, TuneScreen)
+        assert "tune needs a live process" in dialog(app)
+        await pilot.press("enter")
+        assert not isinstance(app.screen, TuneScreen)
 
 
-def test_a_tuner_that_cannot_start_says_why():
+async def test_a_tuner_that_cannot_start_says_why():
     class Refusing(FakePinner):
         def tuner(self, pid: int, start_ticks: int, on_change: Any) -> Any:
             raise RuntimeError(f"PID {pid} exited while affmon sampled it")
 
-    async def go():
-        app = replay_app("hogs", Refusing())
-        async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            await pilot.press("T")
-            screen = app.screen
-            assert isinstance(screen, TuneScreen)
-            await until(pilot, lambda: screen.state == "done", "the refusal")
-            assert f"tune could not start: PID {RANK} exited while affmon sampled it" in dialog(app)
-
-    run(go())
+    app = replay_app("hogs", Refusing())
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot)
+        await pilot.press("T")
+        screen = app.screen
+        assert isinstance(screen, TuneScreen)
+        await until(pilot, lambda: screen.state == "done", "the refusal")
+        assert f"tune could not start: PID {RANK} exited while affmon sampled it" in dialog(app)
 
 
 def test_the_system_pinner_prepares_a_live_tune_and_changes_nothing(tmp_path: Path):

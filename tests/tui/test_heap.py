@@ -3,7 +3,6 @@ when the first measured view is on screen; an app made by a test freezes nothing
 
 from __future__ import annotations
 
-import asyncio
 import gc
 
 import pytest
@@ -26,16 +25,13 @@ def test_at_start_raises_the_thresholds():
 
 
 @pytest.mark.parametrize("asked", [True, False])
-def test_the_heap_is_settled_once_after_the_first_measured_view_only_when_asked(monkeypatch, asked):
+async def test_the_heap_is_settled_once_after_the_first_measured_view_only_when_asked(monkeypatch, asked):
     settled: list[bool] = []
 
-    async def go() -> None:
-        app = list_app("clean")
-        app.settle_heap = asked
-        monkeypatch.setattr(heap, "settle", lambda: settled.append(app.view is not None and app.view.measured))
-        async with app.run_test(size=SIZE) as pilot:
-            await step(app, pilot, 4)
-            await pilot.pause()
-
-    asyncio.run(go())
+    app = list_app("clean")
+    app.settle_heap = asked
+    monkeypatch.setattr(heap, "settle", lambda: settled.append(app.view is not None and app.view.measured))
+    async with app.run_test(size=SIZE) as pilot:
+        await step(app, pilot, 4)
+        await pilot.pause()
     assert settled == ([True] if asked else [])

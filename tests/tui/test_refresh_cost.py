@@ -6,7 +6,6 @@ tests are of ``textual_fast.LeanTable`` (the ``table`` override), and build it s
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import subprocess
 import sys
@@ -41,10 +40,6 @@ SIZE = (160, 48)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(coro):
-    return asyncio.run(coro)
-
-
 # -- the pace of ticks ------------------------------------------------------------------
 
 
@@ -61,30 +56,27 @@ def test_the_next_tick_is_due_one_interval_after_the_last_started(pace, started,
     assert delay == MIN_DELAY_S or abs(now + delay - (started + pace)) < 1e-6  # never later than due
 
 
-def test_a_slow_read_does_not_stretch_the_interval():
+async def test_a_slow_read_does_not_stretch_the_interval():
     """A read that takes 0.3 s at a 0.5 s interval: the next tick is due 0.2 s after the
     read ends (it was due 0.5 s after: 0.8 s between samples, behind by 60%)."""
     header, samples = load("clean")
 
-    async def go():
-        source = ListSource(header.topology, samples, delay_s=0.3)
-        app = AffmonApp(source, FakePinner(), interval=0.5)
-        delays: list[float] = []
-        after = app._ticker.after
+    source = ListSource(header.topology, samples, delay_s=0.3)
+    app = AffmonApp(source, FakePinner(), interval=0.5)
+    delays: list[float] = []
+    after = app._ticker.after
 
-        def spy(delay):
-            delays.append(delay)
-            return after(delay)
+    def spy(delay):
+        delays.append(delay)
+        return after(delay)
 
-        app._ticker.after = spy  # type: ignore[method-assign]
-        async with app.run_test(size=SIZE) as pilot:
-            deadline = time.monotonic() + 60
-            while len(delays) < 3 and time.monotonic() < deadline:
-                await pilot.pause(0.05)
-        assert len(delays) >= 3
-        assert all(d <= 0.5 - 0.3 + 1e-6 for d in delays), delays  # the read's 0.3 s (at least) counted
-
-    run(go())
+    app._ticker.after = spy  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        deadline = time.monotonic() + 60
+        while len(delays) < 3 and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+    assert len(delays) >= 3
+    assert all(d <= 0.5 - 0.3 + 1e-6 for d in delays), delays  # the read's 0.3 s (at least) counted
 
 
 # -- what is rendered again -------------------------------------------------------------
@@ -99,7 +91,7 @@ class _Threads(App[None]):
         yield textual_fast.table_class(ThreadTable, True)(id="t")
 
 
-def test_a_stock_table_shows_what_a_lean_one_does():
+async def test_a_stock_table_shows_what_a_lean_one_does():
     """The ``table`` override off: the same cells, written through ``update_cell``."""
 
     class Both(App[None]):
@@ -107,26 +99,23 @@ def test_a_stock_table_shows_what_a_lean_one_does():
             yield ThreadTable(id="stock")
             yield textual_fast.table_class(ThreadTable, True)(id="lean")
 
-    async def go():
-        app = Both()
-        async with app.run_test(size=(80, 30)) as pilot:
-            stock, lean = app.query_one("#stock", ThreadTable), app.query_one("#lean", ThreadTable)
-            assert not isinstance(stock, textual_fast.LeanTable) and isinstance(lean, textual_fast.LeanTable)
-            app.set_focus(None)  # a focused table's header is drawn in another colour
-            p = palette(app)
-            for rows in (
-                [_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)],
-                [_thread(10, 90.0), _thread(11, 6.0, wait=0.3, busy=True), _thread(12, 1.0)],
-                [_thread(12, 50.0), _thread(10, 40.0)],
-            ):
-                stock.show(rows, p)
-                lean.show(rows, p)
-                await pilot.pause()
-                assert stock.row_count == lean.row_count == len(rows)
-                for y in range(len(rows) + 1):
-                    assert list(stock.render_line(y)) == list(lean.render_line(y)), y
-
-    run(go())
+    app = Both()
+    async with app.run_test(size=(80, 30)) as pilot:
+        stock, lean = app.query_one("#stock", ThreadTable), app.query_one("#lean", ThreadTable)
+        assert not isinstance(stock, textual_fast.LeanTable) and isinstance(lean, textual_fast.LeanTable)
+        app.set_focus(None)  # a focused table's header is drawn in another colour
+        p = palette(app)
+        for rows in (
+            [_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)],
+            [_thread(10, 90.0), _thread(11, 6.0, wait=0.3, busy=True), _thread(12, 1.0)],
+            [_thread(12, 50.0), _thread(10, 40.0)],
+        ):
+            stock.show(rows, p)
+            lean.show(rows, p)
+            await pilot.pause()
+            assert stock.row_count == lean.row_count == len(rows)
+            for y in range(len(rows) + 1):
+                assert list(stock.render_line(y)) == list(lean.render_line(y)), y
 
 
 def _rich_renders(monkeypatch, rows: Callable[[int], bool]) -> list[tuple[int, int]]:
@@ -144,29 +133,26 @@ def _rich_renders(monkeypatch, rows: Callable[[int], bool]) -> list[tuple[int, i
     return rendered
 
 
-def test_one_changed_cell_renders_one_cell(monkeypatch):
+async def test_one_changed_cell_renders_one_cell(monkeypatch):
     """Textual's table renders every visible cell again after any update; only the cell
     whose value changed may go through Rich again."""
     rendered = _rich_renders(monkeypatch, lambda row: row >= 0)
 
-    async def go():
-        app = _Threads()
-        async with app.run_test() as pilot:
-            t = app.query_one(ThreadTable)
-            p = palette(app)
-            t.show([_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)], p)
-            await pilot.pause()
-            assert rendered  # drawn once
-            rendered.clear()
-            t.show([_thread(10, 90.0), _thread(11, 6.0), _thread(12, 1.0)], p)  # one CPU% moved
-            await pilot.pause()
-            assert rendered == [(1, 4)]
-            assert str(t.get_row_at(1)[4]) == "6.0"
-
-    run(go())
+    app = _Threads()
+    async with app.run_test() as pilot:
+        t = app.query_one(ThreadTable)
+        p = palette(app)
+        t.show([_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)], p)
+        await pilot.pause()
+        assert rendered  # drawn once
+        rendered.clear()
+        t.show([_thread(10, 90.0), _thread(11, 6.0), _thread(12, 1.0)], p)  # one CPU% moved
+        await pilot.pause()
+        assert rendered == [(1, 4)]
+        assert str(t.get_row_at(1)[4]) == "6.0"
 
 
-def test_a_changed_row_paints_its_own_line_only(monkeypatch):
+async def test_a_changed_row_paints_its_own_line_only(monkeypatch):
     """The table's other lines, down to the blank ones below its last row, are not drawn
     again when one figure changes."""
     painted: list[int] = []
@@ -181,89 +167,77 @@ def test_a_changed_row_paints_its_own_line_only(monkeypatch):
     class Tall(_Threads):
         CSS = "#t { height: 1fr; }"  # a pane taller than its rows, as in the monitor
 
-    async def go():
-        app = Tall()
-        async with app.run_test(size=(80, 30)) as pilot:
-            t = app.query_one(ThreadTable)
-            p = palette(app)
-            t.show([_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)], p)
-            await pilot.pause()
-            assert len(painted) >= 20  # drawn once: the header, three rows, the blank lines below
-            painted.clear()
-            t.show([_thread(10, 90.0), _thread(11, 6.0), _thread(12, 1.0)], p)
-            await pilot.pause()
-            assert painted == [2]  # the second row, under the header
-            assert "6.0" in "".join(seg.text for seg in t.render_line(2))
-
-    run(go())
+    app = Tall()
+    async with app.run_test(size=(80, 30)) as pilot:
+        t = app.query_one(ThreadTable)
+        p = palette(app)
+        t.show([_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)], p)
+        await pilot.pause()
+        assert len(painted) >= 20  # drawn once: the header, three rows, the blank lines below
+        painted.clear()
+        t.show([_thread(10, 90.0), _thread(11, 6.0), _thread(12, 1.0)], p)
+        await pilot.pause()
+        assert painted == [2]  # the second row, under the header
+        assert "6.0" in "".join(seg.text for seg in t.render_line(2))
 
 
-def test_the_tables_caches_stay_bounded_as_figures_change():
+async def test_the_tables_caches_stay_bounded_as_figures_change():
     """Every tick's changed figures are new renders; what the table keeps of them stays
     within what a screen of rows needs, however long the monitor runs (Textual's own
     caches kept up to 10,000 cells and 1,000 rows and lines a table: 10-15 MiB)."""
 
-    async def go():
-        app = _Threads()
-        async with app.run_test(size=(120, 30)) as pilot:
-            t = app.query_one(ThreadTable)
-            p = palette(app)
-            for tick in range(400):
-                t.show([_thread(10 + i, float((tick * 7 + i) % 1000) / 10) for i in range(8)], p)
-                await pilot.pause()
-            assert len(t._cell_render_cache) <= textual_fast.TEXTUAL_CELLS_KEPT
-            assert len(t._row_render_cache) <= textual_fast.TEXTUAL_ROWS_KEPT
-            assert len(t._line_cache) <= textual_fast.TEXTUAL_LINES_KEPT
-            assert len(t._renders) <= textual_fast.RENDER_CACHE_CELLS
-            assert t.cell_renders >= 400  # the figures did change: each tick rendered new cells
-            # and Textual's caches hold the renders of the shown figures alone: one screen
-            height = t.size.height
-            assert len(t._line_cache) <= height and len(t._row_render_cache) <= height
-            assert len(t._row_renderable_cache) <= height
-            assert len(t._cell_render_cache) <= len(t.columns)  # the header's cells
-
-    run(go())
+    app = _Threads()
+    async with app.run_test(size=(120, 30)) as pilot:
+        t = app.query_one(ThreadTable)
+        p = palette(app)
+        for tick in range(400):
+            t.show([_thread(10 + i, float((tick * 7 + i) % 1000) / 10) for i in range(8)], p)
+            await pilot.pause()
+        assert len(t._cell_render_cache) <= textual_fast.TEXTUAL_CELLS_KEPT
+        assert len(t._row_render_cache) <= textual_fast.TEXTUAL_ROWS_KEPT
+        assert len(t._line_cache) <= textual_fast.TEXTUAL_LINES_KEPT
+        assert len(t._renders) <= textual_fast.RENDER_CACHE_CELLS
+        assert t.cell_renders >= 400  # the figures did change: each tick rendered new cells
+        # and Textual's caches hold the renders of the shown figures alone: one screen
+        height = t.size.height
+        assert len(t._line_cache) <= height and len(t._row_render_cache) <= height
+        assert len(t._row_renderable_cache) <= height
+        assert len(t._cell_render_cache) <= len(t.columns)  # the header's cells
 
 
-def test_a_cell_whose_colour_alone_changes_is_redrawn():
+async def test_a_cell_whose_colour_alone_changes_is_redrawn():
     """``Text.__eq__`` ignores the style: a wait that turns bad while its figure stays the
     same ("30%") must still turn red."""
 
-    async def go():
-        app = _Threads()
-        async with app.run_test() as pilot:
-            t = app.query_one(ThreadTable)
-            p = palette(app)
-            t.show([_thread(10, 9.0, wait=0.3, busy=False)], p)
-            await pilot.pause()
-            assert t.get_row_at(0)[5].style == p.muted
-            t.show([_thread(10, 9.0, wait=0.3, busy=True)], p)
-            await pilot.pause()
-            cell = t.get_row_at(0)[5]
-            assert str(cell) == "30%" and cell.style == f"bold {p.error}"
-
-    run(go())
+    app = _Threads()
+    async with app.run_test() as pilot:
+        t = app.query_one(ThreadTable)
+        p = palette(app)
+        t.show([_thread(10, 9.0, wait=0.3, busy=False)], p)
+        await pilot.pause()
+        assert t.get_row_at(0)[5].style == p.muted
+        t.show([_thread(10, 9.0, wait=0.3, busy=True)], p)
+        await pilot.pause()
+        cell = t.get_row_at(0)[5]
+        assert str(cell) == "30%" and cell.style == f"bold {p.error}"
 
 
-def test_a_static_whose_colour_alone_changes_is_redrawn():
+async def test_a_static_whose_colour_alone_changes_is_redrawn():
     class One(App[None]):
         def compose(self) -> ComposeResult:
             yield QuietStatic(id="s")
 
-    async def go():
-        app = One()
-        async with app.run_test() as pilot:
-            s = app.query_one(QuietStatic)
-            s.put(Text("CONTENDED", style="green"))
-            await pilot.pause()
-            s.put(Text("CONTENDED", style="red"))
-            await pilot.pause()
-            assert s.render().style == "red"
-            assert {
-                seg.style.color.name for seg in s.render_line(0) if seg.text.strip() and seg.style and seg.style.color
-            } == {"red"}
-
-    run(go())
+    app = One()
+    async with app.run_test() as pilot:
+        s = app.query_one(QuietStatic)
+        s.put(Text("CONTENDED", style="green"))
+        await pilot.pause()
+        s.put(Text("CONTENDED", style="red"))
+        await pilot.pause()
+        assert s.render().style == "red"
+        assert {
+            seg.style.color.name for seg in s.render_line(0) if seg.text.strip() and seg.style and seg.style.color
+        } == {"red"}
 
 
 class OneStatic(App[None]):
@@ -276,7 +250,7 @@ def shown(s: QuietStatic) -> list[str]:
     return ["".join(seg.text for seg in s.render_line(y)).rstrip() for y in range(s.size.height)]
 
 
-def test_a_static_repaints_only_its_lines_that_changed(monkeypatch):
+async def test_a_static_repaints_only_its_lines_that_changed(monkeypatch):
     """One bar of a four-line text moved: that line is drawn again, the others are not; a
     text with another number of lines is laid out again, and shown whole."""
     painted: list[int] = []
@@ -288,26 +262,23 @@ def test_a_static_repaints_only_its_lines_that_changed(monkeypatch):
 
     monkeypatch.setattr(QuietStatic, "render_line", counting)
 
-    async def go():
-        app = OneStatic()
-        async with app.run_test(size=(40, 10)) as pilot:
-            s = app.query_one(QuietStatic)
-            s.put(Text("node 0\n 0█  1·\n\nlegend"))
-            await pilot.pause()
-            assert set(painted) == {0, 1, 2, 3}
-            painted.clear()
-            s.put(Text("node 0\n 0·  1█\n\nlegend"))
-            await pilot.pause()
-            assert painted == [1]
-            assert shown(s) == ["node 0", " 0·  1█", "", "legend"]
-            s.put(Text("node 0\n 0·  1█\n\nlegend\nmore"))
-            await pilot.pause()
-            assert shown(s) == ["node 0", " 0·  1█", "", "legend", "more"]
-
-    run(go())
+    app = OneStatic()
+    async with app.run_test(size=(40, 10)) as pilot:
+        s = app.query_one(QuietStatic)
+        s.put(Text("node 0\n 0█  1·\n\nlegend"))
+        await pilot.pause()
+        assert set(painted) == {0, 1, 2, 3}
+        painted.clear()
+        s.put(Text("node 0\n 0·  1█\n\nlegend"))
+        await pilot.pause()
+        assert painted == [1]
+        assert shown(s) == ["node 0", " 0·  1█", "", "legend"]
+        s.put(Text("node 0\n 0·  1█\n\nlegend\nmore"))
+        await pilot.pause()
+        assert shown(s) == ["node 0", " 0·  1█", "", "legend", "more"]
 
 
-def test_a_static_measures_no_line_that_fits_and_wraps_or_cuts_the_others_as_rich_does(monkeypatch):
+async def test_a_static_measures_no_line_that_fits_and_wraps_or_cuts_the_others_as_rich_does(monkeypatch):
     """A header line and a core map's lines fit their width: Rich's word-by-word wrap and
     the split of the text into lines are skipped; a line too long is wrapped (or cut, when
     it is ``no_wrap``) as Rich's own wrap of the whole text would."""
@@ -323,56 +294,50 @@ def test_a_static_measures_no_line_that_fits_and_wraps_or_cuts_the_others_as_ric
         splits.append(self.plain)
         return original_split(self, *args, **kwargs)
 
-    async def go():
-        app = OneStatic()
-        async with app.run_test(size=(20, 8)) as pilot:
-            s = app.query_one(QuietStatic)
-            await pilot.pause()
-            monkeypatch.setattr(Text, "wrap", counting_wrap)
-            monkeypatch.setattr(Text, "split", counting_split)
-            s.put(Text("affmon  │  12:00:01", style="bold"))
-            await pilot.pause()
-            s.put([Text("node 0 · L3"), Text(" 0▇  1·"), Text(""), Text("▆ job 7  ▆ shared")])
-            await pilot.pause()
-            assert wraps == [] and splits == []  # every line fits: nothing measured, nothing split
-            assert shown(s) == ["node 0 · L3", " 0▇  1·", "", "▆ job 7  ▆ shared"]
-            assert str(s.render()) == "node 0 · L3\n 0▇  1·\n\n▆ job 7  ▆ shared"
-            long = "its 3 busy threads waited for a CPU"
-            s.put(Text(f"short\n{long}"))
-            await pilot.pause()
-            assert wraps and set(wraps) == {long}  # only the line that does not fit (once a layout)
-            expected = [str(line).rstrip() for line in original_wrap(Text(f"short\n{long}"), app.console, 20)]
-            assert shown(s)[: len(expected)] == expected and len(expected) > 2
-            s.put([Text(long, no_wrap=True, overflow="ellipsis")])
-            await pilot.pause()
-            assert shown(s)[0] == long[:19] + "…"
-
-    run(go())
+    app = OneStatic()
+    async with app.run_test(size=(20, 8)) as pilot:
+        s = app.query_one(QuietStatic)
+        await pilot.pause()
+        monkeypatch.setattr(Text, "wrap", counting_wrap)
+        monkeypatch.setattr(Text, "split", counting_split)
+        s.put(Text("affmon  │  12:00:01", style="bold"))
+        await pilot.pause()
+        s.put([Text("node 0 · L3"), Text(" 0▇  1·"), Text(""), Text("▆ job 7  ▆ shared")])
+        await pilot.pause()
+        assert wraps == [] and splits == []  # every line fits: nothing measured, nothing split
+        assert shown(s) == ["node 0 · L3", " 0▇  1·", "", "▆ job 7  ▆ shared"]
+        assert str(s.render()) == "node 0 · L3\n 0▇  1·\n\n▆ job 7  ▆ shared"
+        long = "its 3 busy threads waited for a CPU"
+        s.put(Text(f"short\n{long}"))
+        await pilot.pause()
+        assert wraps and set(wraps) == {long}  # only the line that does not fit (once a layout)
+        expected = [str(line).rstrip() for line in original_wrap(Text(f"short\n{long}"), app.console, 20)]
+        assert shown(s)[: len(expected)] == expected and len(expected) > 2
+        s.put([Text(long, no_wrap=True, overflow="ellipsis")])
+        await pilot.pause()
+        assert shown(s)[0] == long[:19] + "…"
 
 
-def test_a_static_follows_a_new_theme():
+async def test_a_static_follows_a_new_theme():
     class One(App[None]):
         CSS = "QuietStatic { background: $panel; }"
 
         def compose(self) -> ComposeResult:
             yield QuietStatic(id="s")
 
-    async def go():
-        app = One()
-        async with app.run_test(size=(40, 5)) as pilot:
-            s = app.query_one(QuietStatic)
-            s.put(Text("same text"))
-            await pilot.pause()
-            before = s.render_line(0)
-            app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
-            await pilot.pause()
-            after = s.render_line(0)
-            assert before.text == after.text
-            assert [seg.style for seg in before] != [seg.style for seg in after]
-            first = next(iter(after))
-            assert first.style is not None and first.style.bgcolor == s.rich_style.bgcolor
-
-    run(go())
+    app = One()
+    async with app.run_test(size=(40, 5)) as pilot:
+        s = app.query_one(QuietStatic)
+        s.put(Text("same text"))
+        await pilot.pause()
+        before = s.render_line(0)
+        app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
+        await pilot.pause()
+        after = s.render_line(0)
+        assert before.text == after.text
+        assert [seg.style for seg in before] != [seg.style for seg in after]
+        first = next(iter(after))
+        assert first.style is not None and first.style.bgcolor == s.rich_style.bgcolor
 
 
 async def shown_hogs_table(app, pilot):
@@ -388,7 +353,7 @@ async def shown_hogs_table(app, pilot):
     return table, rows, colors
 
 
-def test_rows_that_did_not_change_are_not_formatted_again(monkeypatch):
+async def test_rows_that_did_not_change_are_not_formatted_again(monkeypatch):
     calls: list[int] = []
     original = processes.process_cells
 
@@ -398,19 +363,16 @@ def test_rows_that_did_not_change_are_not_formatted_again(monkeypatch):
 
     monkeypatch.setattr(processes, "process_cells", counting)
 
-    async def go():
-        app = replay_app("hogs")
-        async with app.run_test(size=SIZE) as pilot:
-            table, rows, colors = await shown_hogs_table(app, pilot)
-            calls.clear()
-            table.show(rows, app.pal, colors)  # the same rows again (a cursor event, a quiet tick)
-            assert calls == []
-            assert [str(table.get_row_at(i)[0]).strip() for i in range(len(rows))] == [str(r.pid) for r in rows]
-
-    run(go())
+    app = replay_app("hogs")
+    async with app.run_test(size=SIZE) as pilot:
+        table, rows, colors = await shown_hogs_table(app, pilot)
+        calls.clear()
+        table.show(rows, app.pal, colors)  # the same rows again (a cursor event, a quiet tick)
+        assert calls == []
+        assert [str(table.get_row_at(i)[0]).strip() for i in range(len(rows))] == [str(r.pid) for r in rows]
 
 
-def test_the_same_rows_at_the_same_width_are_neither_fitted_nor_put_and_a_new_width_is(monkeypatch):
+async def test_the_same_rows_at_the_same_width_are_neither_fitted_nor_put_and_a_new_width_is(monkeypatch):
     """A tick that changes no row (a quiet machine's) does no table work; the same rows at
     another width are laid out again."""
     fits: list[int] = []
@@ -428,28 +390,25 @@ def test_the_same_rows_at_the_same_width_are_neither_fitted_nor_put_and_a_new_wi
     monkeypatch.setattr(ProcessTable, "_fit", counting_fit)
     monkeypatch.setattr(ProcessTable, "put_rows", counting_put)
 
-    async def go():
-        app = replay_app("hogs")
-        async with app.run_test(size=SIZE) as pilot:
-            table, _, colors = await shown_hogs_table(app, pilot)
-            width = table.size.width
-            fits.clear(), puts.clear()
-            assert app.view is not None
-            table.show(table_rows(app.view, TableOptions()), app.pal, colors)  # equal rows, built again
-            table.show((), app.pal, colors)  # no rows: emptied
-            assert len(fits) == 1 and puts == [0]  # only the emptying
-            table.show((), app.pal, colors)
-            assert (len(fits), len(puts)) == (1, 1)
-            await pilot.resize_terminal(120, 48)
-            await pilot.pause()
-            fits.clear(), puts.clear()
-            table.show((), app.pal, colors)
-            assert len(fits) == 1 and fits[0] < width and puts == [0]
-
-    run(go())
+    app = replay_app("hogs")
+    async with app.run_test(size=SIZE) as pilot:
+        table, _, colors = await shown_hogs_table(app, pilot)
+        width = table.size.width
+        fits.clear(), puts.clear()
+        assert app.view is not None
+        table.show(table_rows(app.view, TableOptions()), app.pal, colors)  # equal rows, built again
+        table.show((), app.pal, colors)  # no rows: emptied
+        assert len(fits) == 1 and puts == [0]  # only the emptying
+        table.show((), app.pal, colors)
+        assert (len(fits), len(puts)) == (1, 1)
+        await pilot.resize_terminal(120, 48)
+        await pilot.pause()
+        fits.clear(), puts.clear()
+        table.show((), app.pal, colors)
+        assert len(fits) == 1 and fits[0] < width and puts == [0]
 
 
-def test_a_hidden_plot_is_not_set_up_and_is_drawn_once_shown(monkeypatch):
+async def test_a_hidden_plot_is_not_set_up_and_is_drawn_once_shown(monkeypatch):
     """At 140x40 the process plot is hidden: no figure is set up for it each tick; made
     visible, it shows the newest data."""
     plotted: list[int] = []
@@ -461,19 +420,16 @@ def test_a_hidden_plot_is_not_set_up_and_is_drawn_once_shown(monkeypatch):
 
     monkeypatch.setattr(Plot, "plot", counting)
 
-    async def go():
-        app = replay_app("narrow")
-        async with app.run_test(size=(140, 40)) as pilot:
-            await play(pilot)
-            plot = app.query_one(ProcessPlot)
-            assert not plot.display and app.query_one(DetailText).display
-            assert plotted == []
-            await pilot.resize_terminal(*SIZE)
-            await pilot.pause()
-            assert plot.display and plotted  # drawn from the newest history once shown
-            assert "695" in str(plot.render())
-
-    run(go())
+    app = replay_app("narrow")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await play(pilot)
+        plot = app.query_one(ProcessPlot)
+        assert not plot.display and app.query_one(DetailText).display
+        assert plotted == []
+        await pilot.resize_terminal(*SIZE)
+        await pilot.pause()
+        assert plot.display and plotted  # drawn from the newest history once shown
+        assert "695" in str(plot.render())
 
 
 PLOTEXT_PROBE = """
@@ -507,7 +463,7 @@ def test_plotext_is_imported_when_a_plot_is_first_shown_and_not_before():
     assert out == ["first False False", "hidden False False", "shown True True"]
 
 
-def test_a_plot_given_the_same_data_is_not_rendered_again(monkeypatch):
+async def test_a_plot_given_the_same_data_is_not_rendered_again(monkeypatch):
     renders: list[int] = []
     original = ProcessPlot.render
 
@@ -523,19 +479,16 @@ def test_a_plot_given_the_same_data_is_not_rendered_again(monkeypatch):
             with Vertical():
                 yield ProcessPlot(id="plot")
 
-    async def go():
-        app = One()
-        async with app.run_test(size=(60, 20)) as pilot:
-            plot = app.query_one(ProcessPlot)
-            plot.show(7, history)
-            await pilot.pause()
-            drawn = len(renders)
-            assert drawn >= 1
-            plot.show(7, dict(history))  # equal data, a new mapping (the next tick of a paused monitor)
-            await pilot.pause()
-            assert len(renders) == drawn
-
-    run(go())
+    app = One()
+    async with app.run_test(size=(60, 20)) as pilot:
+        plot = app.query_one(ProcessPlot)
+        plot.show(7, history)
+        await pilot.pause()
+        drawn = len(renders)
+        assert drawn >= 1
+        plot.show(7, dict(history))  # equal data, a new mapping (the next tick of a paused monitor)
+        await pilot.pause()
+        assert len(renders) == drawn
 
 
 # -- the first look ---------------------------------------------------------------------
@@ -558,13 +511,14 @@ def test_the_first_look_has_every_process_and_no_rate():
     assert dataclasses.replace(with_look, snapshot=without.snapshot) == without
 
 
-def test_live_the_first_look_comes_before_the_first_interval_closes():
+async def test_live_the_first_look_comes_before_the_first_interval_closes():
     """Live, the screen shows the processes from the first sample (rates unknown, no
     findings claimed), then the measured view. The first look may be on screen for a moment
     only (Textual took FIRST_INTERVAL_S to start): every view rendered is recorded."""
     from tests.helpers.live import workload
 
-    async def go(pid: int):
+    with workload("--sleepers", "1") as w:
+        pid = w["pid"]
         source = LiveSource((pid,), interval_s=5.0)
         try:
             app = AffmonApp(source, FakePinner())
@@ -592,30 +546,24 @@ def test_live_the_first_look_comes_before_the_first_interval_closes():
         finally:
             source.close()
 
-    with workload("--sleepers", "1") as w:
-        run(go(w["pid"]))
 
-
-def test_no_re_pin_plan_from_the_first_look():
+async def test_no_re_pin_plan_from_the_first_look():
     """The planner sizes a job from its rates: on the first look there are none."""
 
-    async def go():
-        app = replay_app("narrow")
-        async with app.run_test(size=SIZE) as pilot:
-            await play(pilot)
-            played = app.view
-            _, samples = load("narrow")
-            app.view = recorded_monitor("narrow").first_look(samples[-1])
-            await pilot.press("r")
-            assert not isinstance(app.screen, PinScreen)
-            app.view = played  # measured: the narrow mask's findings, and a plan for them
-            await pilot.press("r")
-            assert isinstance(app.screen, PinScreen)
-
-    run(go())
+    app = replay_app("narrow")
+    async with app.run_test(size=SIZE) as pilot:
+        await play(pilot)
+        played = app.view
+        _, samples = load("narrow")
+        app.view = recorded_monitor("narrow").first_look(samples[-1])
+        await pilot.press("r")
+        assert not isinstance(app.screen, PinScreen)
+        app.view = played  # measured: the narrow mask's findings, and a plan for them
+        await pilot.press("r")
+        assert isinstance(app.screen, PinScreen)
 
 
-def test_ticks_that_change_no_line_count_lay_out_nothing(monkeypatch):
+async def test_ticks_that_change_no_line_count_lay_out_nothing(monkeypatch):
     """A tick that only changes figures (the clock, CPU bars) repaints; it does not lay out
     the screen again (a layout re-measures every widget: with nothing to show, it was most
     of an idle monitor's CPU). Here the table is empty (a filter matches nothing) and its
@@ -639,25 +587,22 @@ def test_ticks_that_change_no_line_count_lay_out_nothing(monkeypatch):
         dataclasses.replace(s, monotonic_s=s.monotonic_s + span, wall_time_s=s.wall_time_s + span) for s in recorded
     ]
 
-    async def go():
-        app = list_app("hogs", [*recorded, *later])  # more samples than the ticks: the source does not end
-        async with app.run_test(size=(140, 40)) as pilot:
-            await step(app, pilot)  # two samples: the first view
-            await pilot.press("slash", "z", "q", "x", "enter")
-            await step(app, pilot)
-            await pilot.pause()
-            assert app.query_one("#empty").display
-            layouts.clear()
-            ticks = app.monitor.samples_seen
-            await step(app, pilot, 2)
-            await pilot.pause()
-            assert app.monitor.samples_seen == ticks + 2  # the ticks happened
-            assert layouts == []
-
-    run(go())
+    app = list_app("hogs", [*recorded, *later])  # more samples than the ticks: the source does not end
+    async with app.run_test(size=(140, 40)) as pilot:
+        await step(app, pilot)  # two samples: the first view
+        await pilot.press("slash", "z", "q", "x", "enter")
+        await step(app, pilot)
+        await pilot.pause()
+        assert app.query_one("#empty").display
+        layouts.clear()
+        ticks = app.monitor.samples_seen
+        await step(app, pilot, 2)
+        await pilot.pause()
+        assert app.monitor.samples_seen == ticks + 2  # the ticks happened
+        assert layouts == []
 
 
-def test_a_tick_that_moves_only_the_clock_redraws_only_the_clock(monkeypatch):
+async def test_a_tick_that_moves_only_the_clock_redraws_only_the_clock(monkeypatch):
     """The header is three pieces (before the clock, the clock, after it) and keeps them
     while nothing but the clock changes: a tick whose sample cost another millisecond or
     read other threads, where that reading does not fit the line, changes the clock alone. At
@@ -688,37 +633,34 @@ def test_a_tick_that_moves_only_the_clock_redraws_only_the_clock(monkeypatch):
         segments = fit(header_segments(header, paused=False, clock_text=clock), width - 4)
         return "  │  ".join(text for _, text, _ in segments)
 
-    async def go():
-        app = replay_app("hogs")
-        async with app.run_test(size=(140, 40)) as pilot:
-            await step(app, pilot, 2)
-            bar = app.panes.header
-            first = app.view.header
-            for width in (140, 260, 90):
-                await pilot.resize_terminal(width, 40)
+    app = replay_app("hogs")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await step(app, pilot, 2)
+        bar = app.panes.header
+        first = app.view.header
+        for width in (140, 260, 90):
+            await pilot.resize_terminal(width, 40)
+            await pilot.pause()
+            for k, (cost_s, threads) in enumerate([(0.0011, 40), (0.0019, 41), (0.0123, 41), (0.0011, 4000)]):
+                header = dataclasses.replace(
+                    first, wall_time_s=first.wall_time_s + 60 * width + k, sample_cost_s=cost_s, threads=threads
+                )
+                puts.clear()
+                laid_out.clear()
+                monkeypatch.setattr(QuietStatic, "put", counting)
+                monkeypatch.setattr(header_module, "header_segments", laying_out)
+                bar.show(header, paused=False, palette=app.pal)
+                monkeypatch.setattr(QuietStatic, "put", original)
+                monkeypatch.setattr(header_module, "header_segments", header_segments)
                 await pilot.pause()
-                for k, (cost_s, threads) in enumerate([(0.0011, 40), (0.0019, 41), (0.0123, 41), (0.0011, 4000)]):
-                    header = dataclasses.replace(
-                        first, wall_time_s=first.wall_time_s + 60 * width + k, sample_cost_s=cost_s, threads=threads
-                    )
-                    puts.clear()
-                    laid_out.clear()
-                    monkeypatch.setattr(QuietStatic, "put", counting)
-                    monkeypatch.setattr(header_module, "header_segments", laying_out)
-                    bar.show(header, paused=False, palette=app.pal)
-                    monkeypatch.setattr(QuietStatic, "put", original)
-                    monkeypatch.setattr(header_module, "header_segments", header_segments)
-                    await pilot.pause()
-                    assert bar.text.plain == expected(app, header, width)
-                    if width == 140 and k == 1:  # a millisecond more, a thread more: not on this line
-                        assert puts == ["header-clock"] and laid_out == []  # nor laid out again
-                    if width == 260 and k:  # the reading is on the line: the clock and what follows it
-                        assert "read in" in bar.text.plain and set(puts) <= {"header-clock", "header-tail"}
-
-    run(go())
+                assert bar.text.plain == expected(app, header, width)
+                if width == 140 and k == 1:  # a millisecond more, a thread more: not on this line
+                    assert puts == ["header-clock"] and laid_out == []  # nor laid out again
+                if width == 260 and k:  # the reading is on the line: the clock and what follows it
+                    assert "read in" in bar.text.plain and set(puts) <= {"header-clock", "header-tail"}
 
 
-def test_rows_that_read_alike_keep_their_places_and_repaint_only_their_own_lines(monkeypatch):
+async def test_rows_that_read_alike_keep_their_places_and_repaint_only_their_own_lines(monkeypatch):
     """Four hogs whose CPU% jitters by under a point from tick to tick: the table keeps
     their order from the last tick, so a tick repaints the four rows whose figures changed
     and no row of a process that only moved. A new sort is the sort's own order."""
@@ -732,42 +674,38 @@ def test_rows_that_read_alike_keep_their_places_and_repaint_only_their_own_lines
 
     monkeypatch.setattr(textual_fast.LeanTable, "refresh_row", counting)
 
-    async def go():
-        app = replay_app("hogs", textual_overrides=[textual_fast.TABLE])
-        async with app.run_test(size=SIZE) as pilot:
-            await step(app, pilot, 2)
-            await pilot.press("a")  # every process: the hogs too
-            app.options = dataclasses.replace(app.options, sort="cpu")
-            base = app.view
-            hogs = [p.pid for p in base.processes if p.cpu_percent and p.cpu_percent > 40 and p.pid != 608][:4]
-            assert len(hogs) == 4
-            ticks = [
-                dict(zip(hogs, figures, strict=True))
-                for figures in ((20.2, 20.6, 20.0, 20.9), (20.8, 20.1, 20.5, 20.3), (20.0, 20.9, 20.7, 20.2))
-            ]
+    app = replay_app("hogs", textual_overrides=[textual_fast.TABLE])
+    async with app.run_test(size=SIZE) as pilot:
+        await step(app, pilot, 2)
+        await pilot.press("a")  # every process: the hogs too
+        app.options = dataclasses.replace(app.options, sort="cpu")
+        base = app.view
+        hogs = [p.pid for p in base.processes if p.cpu_percent and p.cpu_percent > 40 and p.pid != 608][:4]
+        assert len(hogs) == 4
+        ticks = [
+            dict(zip(hogs, figures, strict=True))
+            for figures in ((20.2, 20.6, 20.0, 20.9), (20.8, 20.1, 20.5, 20.3), (20.0, 20.9, 20.7, 20.2))
+        ]
 
-            def jittered(figures):
-                processes = tuple(
-                    dataclasses.replace(p, cpu_percent=figures[p.pid]) if p.pid in figures else p
-                    for p in base.processes
-                )
-                return dataclasses.replace(base, processes=processes)
+        def jittered(figures):
+            processes = tuple(
+                dataclasses.replace(p, cpu_percent=figures[p.pid]) if p.pid in figures else p for p in base.processes
+            )
+            return dataclasses.replace(base, processes=processes)
 
-            app._show_view(jittered(ticks[0]))
+        app._show_view(jittered(ticks[0]))
+        await pilot.pause()
+        first = list(app.panes.table._keys)
+        places = sorted(first.index(f"p:{pid}") for pid in hogs)
+        for figures in ticks[1:]:
+            painted.clear()
+            app._show_view(jittered(figures))
             await pilot.pause()
-            first = list(app.panes.table._keys)
-            places = sorted(first.index(f"p:{pid}") for pid in hogs)
-            for figures in ticks[1:]:
-                painted.clear()
-                app._show_view(jittered(figures))
-                await pilot.pause()
-                assert app.panes.table._keys == first
-                assert sorted(painted) == places  # the hogs' own rows, no other
-            exact = [k for k in table_rows(jittered(ticks[2]), app.options) if k.process and k.process.pid in hogs]
-            assert [r.key for r in exact] != [k for k in first if k in {f"p:{pid}" for pid in hogs}]
-            app.options = dataclasses.replace(app.options, sort="pid")  # another sort: its own order
-            app._show_view(jittered(ticks[2]))
-            await pilot.pause()
-            assert app.panes.table._keys == [r.key for r in table_rows(app.view, app.options)]
-
-    run(go())
+            assert app.panes.table._keys == first
+            assert sorted(painted) == places  # the hogs' own rows, no other
+        exact = [k for k in table_rows(jittered(ticks[2]), app.options) if k.process and k.process.pid in hogs]
+        assert [r.key for r in exact] != [k for k in first if k in {f"p:{pid}" for pid in hogs}]
+        app.options = dataclasses.replace(app.options, sort="pid")  # another sort: its own order
+        app._show_view(jittered(ticks[2]))
+        await pilot.pause()
+        assert app.panes.table._keys == [r.key for r in table_rows(app.view, app.options)]

@@ -4,7 +4,6 @@ with the switch off."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sys
 from pathlib import Path
@@ -109,15 +108,12 @@ def test_the_app_on_stock_textual_outside_the_range(monkeypatch):
         assert app.textual_overrides == frozenset() and stock(app)
 
 
-def test_the_app_on_stock_textual_with_the_switch_off(monkeypatch):
+async def test_the_app_on_stock_textual_with_the_switch_off(monkeypatch):
     monkeypatch.setenv(SWITCH, "1")
     app = list_app("hogs")
     assert stock(app)
 
-    async def go():
-        async with app.run_test(size=(140, 40)) as pilot:
-            await step(app, pilot, 3)
-            assert app.view is not None and app.view.measured
-            assert app.panes.table.row_count > 0 and app.panes.table.selected_key is not None
-
-    asyncio.run(go())
+    async with app.run_test(size=(140, 40)) as pilot:
+        await step(app, pilot, 3)
+        assert app.view is not None and app.view.measured
+        assert app.panes.table.row_count > 0 and app.panes.table.selected_key is not None
