@@ -4,18 +4,18 @@ the README's screenshots (``bench/screenshots.py``) both render these shots thro
 
 Each shot replays a recording into the app (a fake pinner; the header's clock shows the
 recording's time), steps through every sample, presses its keys, and takes the screenshot
-Textual's snapshot plugin takes (``take_svg_screenshot``). A shot of the tune dialog (``T``) hands the pinner a
+Textual's snapshot plugin takes (``screenshot``: the same steps, through Textual's public
+API). A shot of the tune dialog (``T``) hands the pinner a
 ``RecordedTune``: the rows ``Tuner`` lists, from the recording."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from textual._doc import take_svg_screenshot
 from textual.pilot import Pilot
 
 from affmon.actions.journal import Journal
@@ -174,13 +174,20 @@ def make_app(shot: Shot, textual_overrides: Collection[str] | None = None) -> Af
     return replay_app(shot.recording, pinner, textual_overrides=textual_overrides)
 
 
+async def screenshot(app: AffmonApp, shot: Shot, title: str | None = None) -> str:
+    """The SVG of ``app`` run as ``shot`` says, taken after the steps Textual's snapshot
+    plugin takes (``before``, a pause, the keys, the animations waited for)."""
+    async with app.run_test(size=shot.size) as pilot:
+        await shot.before(pilot)
+        await pilot.pause()
+        await pilot.press(*shot.press)
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+        return app.export_screenshot(title=app.title if title is None else title, simplify=True)
+
+
 def render(shot: Shot, title: str | None = None, textual_overrides: Collection[str] | None = None) -> str:
     """The SVG of ``shot``: what ``snap_compare`` compares, and what the README shows."""
-    svg: Any = take_svg_screenshot(
-        app=make_app(shot, textual_overrides),
-        press=shot.press,
-        terminal_size=shot.size,
-        run_before=shot.before,
-        title=title,
-    )
-    return str(svg)
+    return asyncio.run(screenshot(make_app(shot, textual_overrides), shot, title))

@@ -61,7 +61,7 @@ async def test_mouse_click_selects_a_row():
     app = replay_app("hogs")
     async with app.run_test(size=SIZE) as pilot:
         await play(pilot)
-        keys = table(app)._keys
+        keys = table(app).shown_keys
         await pilot.click(ProcessTable, offset=(3, 4))  # header row, then rows 0..: row 3
         await pilot.pause()
         assert table(app).selected_key == keys[3] and app.selected_pid == int(keys[3].split(":")[1])
@@ -71,15 +71,15 @@ async def test_sort_cycles_and_reorders():
     app = replay_app("hogs")
     async with app.run_test(size=SIZE) as pilot:
         await play(pilot)
-        assert table(app)._keys[0] == "p:608"
+        assert table(app).shown_keys[0] == "p:608"
         await pilot.press("s")
         assert app.options.sort == "cpu" and "sort CPU %" in shown_text(app, "#status")
-        first = app.view.process(int(table(app)._keys[0].split(":")[1]))
+        first = app.view.process(int(table(app).shown_keys[0].split(":")[1]))
         assert first is not None and first.cpu_percent > 99
         from affmon.tui.model.table import SORTS
 
         await pilot.press(*["s"] * (len(SORTS) - 1))  # round every column, back to findings
-        assert app.options.sort == "findings" and table(app)._keys[0] == "p:608"
+        assert app.options.sort == "findings" and table(app).shown_keys[0] == "p:608"
 
 
 async def test_filter_narrows_and_escape_clears():
@@ -87,11 +87,11 @@ async def test_filter_narrows_and_escape_clears():
     async with app.run_test(size=SIZE) as pilot:
         await play(pilot)
         await pilot.press("slash", "6", "6", "0")
-        assert table(app)._keys == ["p:608", "p:660"]
+        assert table(app).shown_keys == ["p:608", "p:660"]
         await pilot.press("enter")
-        assert table(app)._keys == ["p:608", "p:660"] and "filter: '660'" in shown_text(app, "#status")
+        assert table(app).shown_keys == ["p:608", "p:660"] and "filter: '660'" in shown_text(app, "#status")
         await pilot.press("escape")
-        assert len(table(app)._keys) == 21 and app.options.filter_text == ""
+        assert len(table(app).shown_keys) == 21 and app.options.filter_text == ""
 
 
 async def test_all_and_training_toggle():
@@ -99,20 +99,20 @@ async def test_all_and_training_toggle():
     async with app.run_test(size=SIZE) as pilot:
         await play(pilot)
         await pilot.press("a")
-        assert "p:1" in table(app)._keys and "all processes" in shown_text(app, "#status")
+        assert "p:1" in table(app).shown_keys and "all processes" in shown_text(app, "#status")
         await pilot.press("a")
-        assert "p:1" not in table(app)._keys and len(table(app)._keys) == 21
+        assert "p:1" not in table(app).shown_keys and len(table(app).shown_keys) == 21
 
 
 async def test_thread_rows_toggle():
     app = replay_app("narrow")
     async with app.run_test(size=SIZE) as pilot:
         await play(pilot)
-        assert not any(k.startswith("t:") for k in table(app)._keys)
+        assert not any(k.startswith("t:") for k in table(app).shown_keys)
         await pilot.press("t")
-        assert "t:695:695" in table(app)._keys and table(app).selected_key == "p:695"
+        assert "t:695:695" in table(app).shown_keys and table(app).selected_key == "p:695"
         await pilot.press("t")
-        assert not any(k.startswith("t:") for k in table(app)._keys)
+        assert not any(k.startswith("t:") for k in table(app).shown_keys)
 
 
 async def test_repin_confirm_calls_the_pinner_with_the_suggested_cpus():
@@ -247,13 +247,13 @@ async def test_a_process_that_exits_disappears_and_a_new_one_appears():
     app = list_app("clean", feed)
     async with app.run_test(size=SIZE) as pilot:
         await step(app, pilot)  # two samples: the first view
-        assert "p:478" in table(app)._keys
+        assert "p:478" in table(app).shown_keys
         await pilot.press("down")  # select a worker that stays
         chosen = table(app).selected_key
         await step(app, pilot)
-        assert "p:478" not in table(app)._keys and table(app).selected_key == chosen
+        assert "p:478" not in table(app).shown_keys and table(app).selected_key == chosen
         await step(app, pilot)
-        assert "p:478" in table(app)._keys and table(app).selected_key == chosen
+        assert "p:478" in table(app).shown_keys and table(app).selected_key == chosen
 
 
 async def test_at_80x24_the_table_stays_and_the_side_panes_go():
@@ -261,12 +261,12 @@ async def test_at_80x24_the_table_stays_and_the_side_panes_go():
     async with app.run_test(size=SIZE) as pilot:
         await play(pilot)
         assert app.query_one("#cores-pane").display and app.query_one("#detail").display
-        rows = list(table(app)._keys)
+        rows = list(table(app).shown_keys)
         await pilot.resize_terminal(80, 24)
         await pilot.pause()
         assert not app.query_one("#cores-pane").display and not app.query_one("#detail").display
         assert not app.query_one("#gpu-plot").display
-        assert table(app).size.height >= 10 and table(app)._keys == rows
+        assert table(app).size.height >= 10 and table(app).shown_keys == rows
         header = shown_text(app, "#header")
         assert "affmon" in header and len(header) <= 80
 
@@ -275,11 +275,11 @@ async def test_resized_down_and_back_up_the_panes_return():
     app = replay_app("hogs")
     async with app.run_test(size=SIZE) as pilot:
         await play(pilot)
-        rows = list(table(app)._keys)
+        rows = list(table(app).shown_keys)
         for size in ((80, 24), SIZE, (80, 24), (120, 36), SIZE):
             await pilot.resize_terminal(*size)
             await pilot.pause()
-            assert table(app)._keys == rows
+            assert table(app).shown_keys == rows
         assert app.query_one("#cores-pane").display and app.query_one("#detail").display
 
 

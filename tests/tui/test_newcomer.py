@@ -101,7 +101,7 @@ async def test_at_120x34_a_short_table_leaves_its_blank_rows_to_the_detail():
     app = replay_app("narrow")
     async with app.run_test(size=(120, 34)) as pilot:
         await play(pilot)
-        rows = len(app.query_one(ProcessTable)._keys)
+        rows = len(app.query_one(ProcessTable).shown_keys)
         main, detail = app.query_one("#main"), app.query_one("#detail")
         blank = main.outer_size.height - 3 - rows  # border and header
         assert rows < 10 and detail.display
@@ -379,7 +379,7 @@ async def test_a_probed_rank_shows_its_loop_and_its_scheduler_escaped():
         await pilot.pause()
         table = app.query_one(ProcessTable)
         assert "loop" in table.shown_columns
-        row = table.get_row_at(table._keys.index(f"p:{rank.pid}"))
+        row = table.get_row_at(table.shown_keys.index(f"p:{rank.pid}"))
         cells = dict(zip(table.shown_columns, (str(c) for c in row), strict=True))
         assert cells["loop"] == "data"
         assert "[slurm 4242.0 rank 1?[2J]" in cells["command"]  # escaped as ps shows it

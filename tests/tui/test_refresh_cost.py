@@ -1,8 +1,11 @@
-"""What a tick costs the UI: the tick's pace, what is rendered again, and the first look.
+"""What a tick costs the UI: the tick's pace, what the monitor asks Textual to draw again,
+the work it skips, and the first look.
 
-Each test counts work (cells rendered through Rich, rows formatted, plots set up, timer
-delays) rather than timing it, so they hold on a loaded two-core machine. The tables'
-tests are of ``textual_fast.LeanTable`` (the ``table`` override), and build it so."""
+The tests assert what the app asks Textual for (each ``refresh`` a widget makes: its lines,
+a new layout) and what it shows, and count affmon's own work (rows formatted, plots set
+up, timer delays), never how often Textual rendered; counts, not times, so they hold on a
+loaded two-core machine. What the ``table`` override saves inside Textual is tested with
+the override (``test_textual_fast.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ import dataclasses
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import given
@@ -18,18 +20,16 @@ from hypothesis import strategies as st
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.containers import Vertical
-from textual.widgets import DataTable
+from textual.widget import Widget
 from textual_plotext.plot import Plot
 
 from affmon.sources.stream import LiveSource
-from affmon.tui import textual_fast
 from affmon.tui.app import MIN_DELAY_S, AffmonApp, next_delay
 from affmon.tui.model.table import TableOptions, table_rows
-from affmon.tui.model.views import ProcessHistory, Series, ThreadRow
-from affmon.tui.palette import palette
+from affmon.tui.model.views import ProcessHistory, Series
 from affmon.tui.screens import PinScreen
 from affmon.tui.widgets import processes
-from affmon.tui.widgets.detail import DetailText, ProcessPlot, ThreadTable
+from affmon.tui.widgets.detail import DetailText, ProcessPlot
 from affmon.tui.widgets.processes import ProcessTable
 from affmon.tui.widgets.quiet import QuietStatic
 from tests.helpers.recordings import load
@@ -79,147 +79,30 @@ async def test_a_slow_read_does_not_stretch_the_interval():
     assert all(d <= 0.5 - 0.3 + 1e-6 for d in delays), delays  # the read's 0.3 s (at least) counted
 
 
-# -- what is rendered again -------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Asked:
+    """One ``refresh`` a widget asked Textual for: the lines (empty: all of it), a layout."""
+
+    widget: Widget
+    lines: frozenset[int]
+    layout: bool
 
 
-def _thread(tid: int, cpu: float, wait: float = 0.1, busy: bool = False) -> ThreadRow:
-    return ThreadRow(1, tid, f"t{tid}", "S", 0, frozenset({0}), cpu, wait, 1.0, 0.0, busy)
+def asked_to_redraw(monkeypatch) -> list[Asked]:
+    """Every ``refresh`` any widget asks for from now on (Textual draws what it is asked)."""
+    asked: list[Asked] = []
+    original = Widget.refresh
+
+    def spying(self, *regions, **kwargs):
+        lines = frozenset(y for r in regions for y in range(r.y, r.y + r.height))
+        asked.append(Asked(self, lines, bool(kwargs.get("layout"))))
+        return original(self, *regions, **kwargs)
+
+    monkeypatch.setattr(Widget, "refresh", spying)
+    return asked
 
 
-class _Threads(App[None]):
-    def compose(self) -> ComposeResult:
-        yield textual_fast.table_class(ThreadTable, True)(id="t")
-
-
-async def test_a_stock_table_shows_what_a_lean_one_does():
-    """The ``table`` override off: the same cells, written through ``update_cell``."""
-
-    class Both(App[None]):
-        def compose(self) -> ComposeResult:
-            yield ThreadTable(id="stock")
-            yield textual_fast.table_class(ThreadTable, True)(id="lean")
-
-    app = Both()
-    async with app.run_test(size=(80, 30)) as pilot:
-        stock, lean = app.query_one("#stock", ThreadTable), app.query_one("#lean", ThreadTable)
-        assert not isinstance(stock, textual_fast.LeanTable) and isinstance(lean, textual_fast.LeanTable)
-        app.set_focus(None)  # a focused table's header is drawn in another colour
-        p = palette(app)
-        for rows in (
-            [_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)],
-            [_thread(10, 90.0), _thread(11, 6.0, wait=0.3, busy=True), _thread(12, 1.0)],
-            [_thread(12, 50.0), _thread(10, 40.0)],
-        ):
-            stock.show(rows, p)
-            lean.show(rows, p)
-            await pilot.pause()
-            assert stock.row_count == lean.row_count == len(rows)
-            for y in range(len(rows) + 1):
-                assert list(stock.render_line(y)) == list(lean.render_line(y)), y
-
-
-def _rich_renders(monkeypatch, rows: Callable[[int], bool]) -> list[tuple[int, int]]:
-    """The (row, column) of each cell Textual's table renders through Rich from now on, of
-    the rows ``rows`` keeps (the header is row -1)."""
-    rendered: list[tuple[int, int]] = []
-    original = DataTable._render_cell
-
-    def counting(self, row_index, column_index, *args, **kwargs):
-        if rows(row_index):
-            rendered.append((row_index, column_index))
-        return original(self, row_index, column_index, *args, **kwargs)
-
-    monkeypatch.setattr(DataTable, "_render_cell", counting)
-    return rendered
-
-
-async def test_one_changed_cell_renders_one_cell(monkeypatch):
-    """Textual's table renders every visible cell again after any update; only the cell
-    whose value changed may go through Rich again."""
-    rendered = _rich_renders(monkeypatch, lambda row: row >= 0)
-
-    app = _Threads()
-    async with app.run_test() as pilot:
-        t = app.query_one(ThreadTable)
-        p = palette(app)
-        t.show([_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)], p)
-        await pilot.pause()
-        assert rendered  # drawn once
-        rendered.clear()
-        t.show([_thread(10, 90.0), _thread(11, 6.0), _thread(12, 1.0)], p)  # one CPU% moved
-        await pilot.pause()
-        assert rendered == [(1, 4)]
-        assert str(t.get_row_at(1)[4]) == "6.0"
-
-
-async def test_a_changed_row_paints_its_own_line_only(monkeypatch):
-    """The table's other lines, down to the blank ones below its last row, are not drawn
-    again when one figure changes."""
-    painted: list[int] = []
-    original = textual_fast.LeanTable.render_line  # DataTable's
-
-    def counting(self, y):
-        painted.append(y)
-        return original(self, y)
-
-    monkeypatch.setattr(textual_fast.LeanTable, "render_line", counting)
-
-    class Tall(_Threads):
-        CSS = "#t { height: 1fr; }"  # a pane taller than its rows, as in the monitor
-
-    app = Tall()
-    async with app.run_test(size=(80, 30)) as pilot:
-        t = app.query_one(ThreadTable)
-        p = palette(app)
-        t.show([_thread(10, 90.0), _thread(11, 5.0), _thread(12, 1.0)], p)
-        await pilot.pause()
-        assert len(painted) >= 20  # drawn once: the header, three rows, the blank lines below
-        painted.clear()
-        t.show([_thread(10, 90.0), _thread(11, 6.0), _thread(12, 1.0)], p)
-        await pilot.pause()
-        assert painted == [2]  # the second row, under the header
-        assert "6.0" in "".join(seg.text for seg in t.render_line(2))
-
-
-async def test_the_tables_caches_stay_bounded_as_figures_change():
-    """Every tick's changed figures are new renders; what the table keeps of them stays
-    within what a screen of rows needs, however long the monitor runs (Textual's own
-    caches kept up to 10,000 cells and 1,000 rows and lines a table: 10-15 MiB)."""
-
-    app = _Threads()
-    async with app.run_test(size=(120, 30)) as pilot:
-        t = app.query_one(ThreadTable)
-        p = palette(app)
-        for tick in range(400):
-            t.show([_thread(10 + i, float((tick * 7 + i) % 1000) / 10) for i in range(8)], p)
-            await pilot.pause()
-        assert len(t._cell_render_cache) <= textual_fast.TEXTUAL_CELLS_KEPT
-        assert len(t._row_render_cache) <= textual_fast.TEXTUAL_ROWS_KEPT
-        assert len(t._line_cache) <= textual_fast.TEXTUAL_LINES_KEPT
-        assert len(t._renders) <= textual_fast.RENDER_CACHE_CELLS
-        assert t.cell_renders >= 400  # the figures did change: each tick rendered new cells
-        # and Textual's caches hold the renders of the shown figures alone: one screen
-        height = t.size.height
-        assert len(t._line_cache) <= height and len(t._row_render_cache) <= height
-        assert len(t._row_renderable_cache) <= height
-        assert len(t._cell_render_cache) <= len(t.columns)  # the header's cells
-
-
-async def test_a_cell_whose_colour_alone_changes_is_redrawn():
-    """``Text.__eq__`` ignores the style: a wait that turns bad while its figure stays the
-    same ("30%") must still turn red."""
-
-    app = _Threads()
-    async with app.run_test() as pilot:
-        t = app.query_one(ThreadTable)
-        p = palette(app)
-        t.show([_thread(10, 9.0, wait=0.3, busy=False)], p)
-        await pilot.pause()
-        assert t.get_row_at(0)[5].style == p.muted
-        t.show([_thread(10, 9.0, wait=0.3, busy=True)], p)
-        await pilot.pause()
-        cell = t.get_row_at(0)[5]
-        assert str(cell) == "30%" and cell.style == f"bold {p.error}"
+# -- what is drawn again, and the work skipped -------------------------------------------------------------
 
 
 async def test_a_static_whose_colour_alone_changes_is_redrawn():
@@ -251,29 +134,25 @@ def shown(s: QuietStatic) -> list[str]:
 
 
 async def test_a_static_repaints_only_its_lines_that_changed(monkeypatch):
-    """One bar of a four-line text moved: that line is drawn again, the others are not; a
-    text with another number of lines is laid out again, and shown whole."""
-    painted: list[int] = []
-    original = QuietStatic.render_line
-
-    def counting(self, y):
-        painted.append(y)
-        return original(self, y)
-
-    monkeypatch.setattr(QuietStatic, "render_line", counting)
-
+    """One bar of a four-line text moved: the static asks for that line alone to be drawn
+    again, no layout; the same text asks for nothing; a text with another number of lines
+    asks for a layout, and is shown whole."""
     app = OneStatic()
     async with app.run_test(size=(40, 10)) as pilot:
         s = app.query_one(QuietStatic)
         s.put(Text("node 0\n 0█  1·\n\nlegend"))
         await pilot.pause()
-        assert set(painted) == {0, 1, 2, 3}
-        painted.clear()
+        assert shown(s) == ["node 0", " 0█  1·", "", "legend"]
+        asked = asked_to_redraw(monkeypatch)
         s.put(Text("node 0\n 0·  1█\n\nlegend"))
+        assert asked == [Asked(s, frozenset({1}), False)]
         await pilot.pause()
-        assert painted == [1]
         assert shown(s) == ["node 0", " 0·  1█", "", "legend"]
+        asked.clear()
+        s.put(Text("node 0\n 0·  1█\n\nlegend"))
+        assert [a for a in asked if a.widget is s] == []
         s.put(Text("node 0\n 0·  1█\n\nlegend\nmore"))
+        assert any(a.widget is s and a.layout for a in asked)
         await pilot.pause()
         assert shown(s) == ["node 0", " 0·  1█", "", "legend", "more"]
 
@@ -463,15 +342,9 @@ def test_plotext_is_imported_when_a_plot_is_first_shown_and_not_before():
     assert out == ["first False False", "hidden False False", "shown True True"]
 
 
-async def test_a_plot_given_the_same_data_is_not_rendered_again(monkeypatch):
-    renders: list[int] = []
-    original = ProcessPlot.render
-
-    def counting(self):
-        renders.append(1)
-        return original(self)
-
-    monkeypatch.setattr(ProcessPlot, "render", counting)
+async def test_a_plot_given_the_same_data_asks_for_no_redraw(monkeypatch):
+    """Equal data (the next tick of a paused monitor) asks for nothing to be drawn again:
+    a plot's figure is rebuilt whole each time it is drawn. New data is drawn."""
     history = {7: ProcessHistory(Series((-1.0, 0.0), (0.1, 0.2)), Series((-1.0, 0.0), (50.0, 60.0)))}
 
     class One(App[None]):
@@ -484,11 +357,16 @@ async def test_a_plot_given_the_same_data_is_not_rendered_again(monkeypatch):
         plot = app.query_one(ProcessPlot)
         plot.show(7, history)
         await pilot.pause()
-        drawn = len(renders)
-        assert drawn >= 1
-        plot.show(7, dict(history))  # equal data, a new mapping (the next tick of a paused monitor)
+        before = str(plot.render())
+        assert "PID 7" in before
+        asked = asked_to_redraw(monkeypatch)
+        plot.show(7, dict(history))  # equal data, a new mapping
         await pilot.pause()
-        assert len(renders) == drawn
+        assert [a for a in asked if a.widget is plot] == []
+        plot.show(7, {7: ProcessHistory(Series((-1.0, 0.0), (0.1, 0.9)), Series((-1.0, 0.0), (50.0, 60.0)))})
+        assert [a.widget for a in asked] == [plot]
+        await pilot.pause()
+        assert str(plot.render()) != before
 
 
 # -- the first look ---------------------------------------------------------------------
@@ -563,23 +441,12 @@ async def test_no_re_pin_plan_from_the_first_look():
         assert isinstance(app.screen, PinScreen)
 
 
-async def test_ticks_that_change_no_line_count_lay_out_nothing(monkeypatch):
-    """A tick that only changes figures (the clock, CPU bars) repaints; it does not lay out
-    the screen again (a layout re-measures every widget: with nothing to show, it was most
-    of an idle monitor's CPU). Here the table is empty (a filter matches nothing) and its
-    message stays the same from tick to tick."""
-    from textual.screen import Screen
-
+async def test_ticks_that_change_no_line_count_ask_for_no_layout(monkeypatch):
+    """A tick that only changes figures (the clock, CPU bars) asks for those lines to be
+    drawn again; no widget asks for the screen to be laid out again (a layout re-measures
+    every widget: with nothing to show, it was most of an idle monitor's CPU). Here the
+    table is empty (a filter matches nothing) and its message stays the same."""
     from tests.tui.helpers import list_app, step
-
-    layouts: list[int] = []
-    original = Screen._refresh_layout
-
-    def counting(self, *args, **kwargs):
-        layouts.append(1)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Screen, "_refresh_layout", counting)
 
     _, recorded = load("hogs")
     span = recorded[-1].monotonic_s - recorded[0].monotonic_s + 1.0
@@ -594,12 +461,15 @@ async def test_ticks_that_change_no_line_count_lay_out_nothing(monkeypatch):
         await step(app, pilot)
         await pilot.pause()
         assert app.query_one("#empty").display
-        layouts.clear()
+        clock = app.query_one("#header-clock", QuietStatic)
+        before = str(clock.render())
+        asked = asked_to_redraw(monkeypatch)
         ticks = app.monitor.samples_seen
         await step(app, pilot, 2)
         await pilot.pause()
         assert app.monitor.samples_seen == ticks + 2  # the ticks happened
-        assert layouts == []
+        assert str(clock.render()) != before and any(a.widget is clock for a in asked)  # and were drawn
+        assert [a.widget for a in asked if a.layout] == []
 
 
 async def test_a_tick_that_moves_only_the_clock_redraws_only_the_clock(monkeypatch):
@@ -660,21 +530,12 @@ async def test_a_tick_that_moves_only_the_clock_redraws_only_the_clock(monkeypat
                     assert "read in" in bar.text.plain and set(puts) <= {"header-clock", "header-tail"}
 
 
-async def test_rows_that_read_alike_keep_their_places_and_repaint_only_their_own_lines(monkeypatch):
+async def test_rows_that_read_alike_keep_their_places_and_only_their_own_lines_change():
     """Four hogs whose CPU% jitters by under a point from tick to tick: the table keeps
-    their order from the last tick, so a tick repaints the four rows whose figures changed
-    and no row of a process that only moved. A new sort is the sort's own order."""
-    painted: list[int] = []
-    original = textual_fast.LeanTable.refresh_row
-
-    def counting(self, row_index):
-        if self.id == "processes":
-            painted.append(row_index)
-        return original(self, row_index)
-
-    monkeypatch.setattr(textual_fast.LeanTable, "refresh_row", counting)
-
-    app = replay_app("hogs", textual_overrides=[textual_fast.TABLE])
+    their order from the last tick, so a tick changes what the four rows whose figures
+    changed show and no row of a process that only moved. A new sort is the sort's own
+    order. (On stock Textual as with the overrides: this is what the table shows.)"""
+    app = replay_app("hogs")
     async with app.run_test(size=SIZE) as pilot:
         await step(app, pilot, 2)
         await pilot.press("a")  # every process: the hogs too
@@ -693,19 +554,28 @@ async def test_rows_that_read_alike_keep_their_places_and_repaint_only_their_own
             )
             return dataclasses.replace(base, processes=processes)
 
+        table = app.panes.table
+
+        def keys() -> list[str]:
+            return list(table.shown_keys)
+
+        def cells() -> list[list[str]]:
+            return [[str(cell) for cell in table.get_row_at(y)] for y in range(table.row_count)]
+
         app._show_view(jittered(ticks[0]))
         await pilot.pause()
-        first = list(app.panes.table._keys)
+        first = keys()
         places = sorted(first.index(f"p:{pid}") for pid in hogs)
         for figures in ticks[1:]:
-            painted.clear()
+            before = cells()
             app._show_view(jittered(figures))
             await pilot.pause()
-            assert app.panes.table._keys == first
-            assert sorted(painted) == places  # the hogs' own rows, no other
+            after = cells()
+            assert keys() == first
+            assert [y for y in range(len(after)) if after[y] != before[y]] == places  # the hogs' own rows
         exact = [k for k in table_rows(jittered(ticks[2]), app.options) if k.process and k.process.pid in hogs]
         assert [r.key for r in exact] != [k for k in first if k in {f"p:{pid}" for pid in hogs}]
         app.options = dataclasses.replace(app.options, sort="pid")  # another sort: its own order
         app._show_view(jittered(ticks[2]))
         await pilot.pause()
-        assert app.panes.table._keys == [r.key for r in table_rows(app.view, app.options)]
+        assert keys() == [r.key for r in table_rows(app.view, app.options)]

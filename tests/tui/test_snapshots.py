@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 from pytest_textual_snapshot import normalize_svg
-from textual._doc import take_svg_screenshot
 
 from affmon.tui import textual_fast
-from tests.tui.shots import SHOTS, Shot, make_app
+from tests.tui.shots import SHOTS, Shot, make_app, screenshot
 
 BASELINES = Path(__file__).parent / "__snapshots__" / "test_snapshots"
 IDS = [s.name for s in SHOTS]
@@ -34,11 +33,11 @@ def test_snapshot(snap_compare, shot: Shot):
 
 
 @pytest.mark.parametrize("shot", SHOTS, ids=IDS)
-def test_snapshot_on_stock_textual(shot: Shot):
+async def test_snapshot_on_stock_textual(shot: Shot):
     app = make_app(shot, textual_overrides=())
     assert app.textual_overrides == frozenset()
     assert not isinstance(app.panes.table, textual_fast.LeanTable)
-    drawn = take_svg_screenshot(app=app, press=shot.press, terminal_size=shot.size, run_before=shot.before)
+    drawn = await screenshot(app, shot)
     baseline = BASELINES / f"test_snapshot[{shot.name}].svg"
     assert normalize_svg(str(drawn)) == normalize_svg(baseline.read_text(encoding="utf-8")), (
         f"{shot.name} on stock Textual differs from {baseline.name}"

@@ -244,6 +244,11 @@ class ProcessTable(CellTable):
         return self._keys[self.cursor_row]
 
     @property
+    def shown_keys(self) -> list[str]:
+        """The key of each row shown (``TableRow.key``), top to bottom."""
+        return list(self._keys)
+
+    @property
     def shown_columns(self) -> tuple[str, ...]:
         return tuple(key for key, _, _ in self._layout)
 
