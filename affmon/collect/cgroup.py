@@ -1,4 +1,4 @@
-"""The cpuset cgroup of a task: which CPUs and memory nodes its cgroup lets it use.
+"""The cpuset cgroup of a task: which CPUs its cgroup lets it use.
 
 Resolution follows hwloc's ``topology-linux.c`` (``hwloc_find_linux_cgroup_mntpnt``,
 ``hwloc_read_linux_cgroup_name``, ``hwloc_admin_disable_set_from_cgroup``):
@@ -7,7 +7,7 @@ Resolution follows hwloc's ``topology-linux.c`` (``hwloc_find_linux_cgroup_mntpn
    usable line wins:
 
    * ``cgroup2`` whose root ``cgroup.controllers`` lists ``cpuset``; files
-     ``cpuset.cpus.effective`` / ``cpuset.mems.effective``;
+     ``cpuset.cpus.effective``;
    * ``cgroup`` (v1) with the ``cpuset`` option; files ``cpuset.effective_cpus`` then
      ``cpuset.cpus`` (with the ``noprefix`` option: ``effective_cpus`` then ``cpus``);
    * ``cpuset`` (the old cpuset filesystem); files ``effective_cpus`` then ``cpus``.
@@ -123,15 +123,6 @@ def read_mounts(root: str = "/") -> tuple[Mount, ...]:
 
 def cgroup_cpuset(root: str = "/", pid: int | str = "self", mounts: tuple[Mount, ...] | None = None) -> CpuSet | None:
     """CPUs the cpuset cgroup of ``pid`` allows, or None when unknown."""
-    return _cgroup_set(root, pid, mounts, "cpus")
-
-
-def cgroup_mems(root: str = "/", pid: int | str = "self", mounts: tuple[Mount, ...] | None = None) -> CpuSet | None:
-    """NUMA node ids the cpuset cgroup of ``pid`` allows, or None when unknown."""
-    return _cgroup_set(root, pid, mounts, "mems")
-
-
-def _cgroup_set(root: str, pid: int | str, mounts: tuple[Mount, ...] | None, attr: str) -> CpuSet | None:
     task = _pid_dir(pid)
     hierarchy = _find_hierarchy(root, read_mounts(root) if mounts is None else mounts)
     if hierarchy is None:
@@ -143,10 +134,10 @@ def _cgroup_set(root: str, pid: int | str, mounts: tuple[Mount, ...] | None, att
     if parts is None:
         return None
     if hierarchy.kind is _Kind.CGROUP2:
-        return _read_v2(root, hierarchy.mountpoint, parts, f"cpuset.{attr}.effective")
+        return _read_v2(root, hierarchy.mountpoint, parts, "cpuset.cpus.effective")
     prefix = "cpuset." if hierarchy.kind is _Kind.CGROUP1 else ""
     directory = _under(hierarchy.mountpoint, parts)
-    for name in (f"{prefix}effective_{attr}", f"{prefix}{attr}"):
+    for name in (f"{prefix}effective_cpus", f"{prefix}cpus"):
         text = read_line(root, f"{directory}/{name}")
         if text is not None:
             return _parse(text, directory, name)
@@ -234,4 +225,4 @@ def _parse(text: str, directory: str, name: str) -> CpuSet:
         raise ParseError(f"{shown_path(directory)}/{name}: {clipped(str(exc))}") from None
 
 
-__all__ = ["Mount", "cgroup_cpuset", "cgroup_mems", "parse_mounts", "read_mounts"]
+__all__ = ["Mount", "cgroup_cpuset", "parse_mounts", "read_mounts"]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from affmon.collect.cgroup import Mount, cgroup_cpuset, cgroup_mems, parse_mounts, read_mounts
+from affmon.collect.cgroup import Mount, cgroup_cpuset, parse_mounts, read_mounts
 from affmon.core.errors import ParseError
 from affmon.core.model.cpuset import parse_cpulist
-from tests.collect.test_topology_sysfs import extract_tree
+from tests.helpers.topology_trees import extract_tree
 
 
 def cpus(text: str) -> frozenset[int]:
@@ -82,7 +82,6 @@ def v2_tree(root: Path, leaf_files: dict[str, str] | None = None) -> None:
 def test_v2_leaf(tmp_path):
     v2_tree(tmp_path, {"cpuset.cpus.effective": "2-3,8", "cpuset.mems.effective": "1"})
     assert cgroup_cpuset(str(tmp_path)) == cpus("2-3,8")
-    assert cgroup_mems(str(tmp_path)) == frozenset({1})
 
 
 def test_v2_leaf_inherits_from_nearest_ancestor(tmp_path):
@@ -90,8 +89,6 @@ def test_v2_leaf_inherits_from_nearest_ancestor(tmp_path):
     write(tmp_path, {"sys/fs/cgroup/job/cpuset.cpus.effective": "4-7"})
     # the leaf has no cpuset files (controller not enabled there): the parent's set
     assert cgroup_cpuset(str(tmp_path)) == cpus("4-7")
-    # no ancestor below the root has mems: the root's
-    assert cgroup_mems(str(tmp_path)) == cpus("0-1")
 
 
 def test_v2_missing_leaf_is_unknown_not_the_host(tmp_path):
@@ -168,7 +165,6 @@ def test_v1_with_prefix(tmp_path):
     )
     root = str(tmp_path)
     assert cgroup_cpuset(root, pid=1234) == cpus("0-87")  # effective first
-    assert cgroup_mems(root, pid="1234") == frozenset({0, 8})  # no effective_mems: mems
     (tmp_path / "sys/fs/cgroup/cpuset/jjh/cpuset.effective_cpus").unlink()
     assert cgroup_cpuset(root, pid=1234) == cpus("0-175")
 
@@ -186,7 +182,6 @@ def test_v1_noprefix_with_proc_cpuset(tmp_path):
         },
     )
     assert cgroup_cpuset(str(tmp_path)) == cpus("4-5")
-    assert cgroup_mems(str(tmp_path)) == frozenset({0})
 
 
 def test_old_cpuset_filesystem(tmp_path):
@@ -240,7 +235,6 @@ def test_explicit_mounts_argument(tmp_path):
 def test_unknown_is_none(tmp_path, files):
     write(tmp_path, files)
     assert cgroup_cpuset(str(tmp_path)) is None
-    assert cgroup_mems(str(tmp_path)) is None
 
 
 def test_malformed_set_raises(tmp_path):
@@ -259,24 +253,23 @@ def test_bad_pid_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("name", "expected_cpus", "expected_mems"),
+    ("name", "expected_cpus"),
     [
         # cgroup2 at /cgroup/unified, path only in /proc/self/cpuset (Slurm step)
-        ("cgroup2", "0-5", "0-5"),
+        ("cgroup2", "0-5"),
         # cgroup v1 noprefix at /dev/cpuset (Torque job), no effective_* files
-        ("pcilocality", "0-39", "0-3"),
+        ("pcilocality", "0-39"),
         # cgroup v1 at /sys/fs/cgroup/cpuset, /jjh: effective_cpus 0-87 (cpus 0-175)
-        ("gpunuma", "0-87", "0"),
+        ("gpunuma", "0-87"),
         # cgroup2 mounted at /sys/fs/cgroup, but the tree did not record that directory
-        ("gb10", None, None),
+        ("gb10", None),
         # no /proc/mounts, no /proc/self/cgroup or cpuset, no cgroup directories
-        ("sparse", None, None),
+        ("sparse", None),
     ],
 )
-def test_recorded_trees(tmp_path_factory, name, expected_cpus, expected_mems):
+def test_recorded_trees(tmp_path_factory, name, expected_cpus):
     root = str(extract_tree(tmp_path_factory, name))
     assert cgroup_cpuset(root) == (None if expected_cpus is None else cpus(expected_cpus))
-    assert cgroup_mems(root) == (None if expected_mems is None else cpus(expected_mems))
 
 
 def test_live_cgroup_contains_own_affinity():
