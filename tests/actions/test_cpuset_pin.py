@@ -13,12 +13,9 @@ Run alone: ``python tests/actions/test_cpuset_pin.py SCENARIO CGROUP`` prints th
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +24,11 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(REPO))  # run as a script inside the namespace too
+
+from tests.helpers.live import run_in_namespace, scenario_main  # noqa: E402
+from tests.helpers.proc import distinct_masks, thread_masks  # noqa: E402
+
 V2 = Path("/sys/fs/cgroup")
 V1 = Path("/sys/fs/cgroup/cpuset")
 
@@ -69,17 +71,9 @@ def cpuset() -> Iterator[Path]:
         assert not path.exists(), f"could not remove {path}"
 
 
-def run_inside(scenario: str, cgroup: Path) -> dict[str, Any]:
-    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, __file__, scenario, str(cgroup)]
-    out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
-    return got
-
-
 @needs_cpuset
 def test_undo_after_the_cpuset_shrank_away_from_the_pin_outlasts_the_cpuset_growing_back(cpuset: Path) -> None:
-    got = run_inside("shrinks_under_pin", cpuset)
+    got = run_in_namespace(__file__, "shrinks_under_pin", str(cpuset))
     assert got["pinned"] == [got["B"]]
     assert got["while_shrunk"] == [got["A"]]  # the cpuset's doing: every thread on what it allows
     assert got["born"] == 5
@@ -92,7 +86,7 @@ def test_undo_after_the_cpuset_shrank_away_from_the_pin_outlasts_the_cpuset_grow
 
 @needs_cpuset
 def test_a_pin_partly_outside_its_cpuset_says_so_before_it_applies_and_records_both(cpuset: Path) -> None:
-    got = run_inside("partly_outside", cpuset)
+    got = run_in_namespace(__file__, "partly_outside", str(cpuset))
     outside = f"CPU {got['B'][0]} is outside PID {got['pid']}'s cpuset ({got['A'][0]})"
     assert outside in (got["dry_run_warning"] or "")
     assert got["masks_after_dry_run"] == [got["A"]]
@@ -106,25 +100,11 @@ def test_a_pin_partly_outside_its_cpuset_says_so_before_it_applies_and_records_b
 # -- the scenarios, inside the namespace ---------------------------------------------------
 
 
-def _masks(pid: int) -> dict[int, frozenset[int]]:
-    found = {}
-    for name in os.listdir(f"/proc/{pid}/task"):
-        try:
-            found[int(name)] = frozenset(os.sched_getaffinity(int(name)))
-        except ProcessLookupError:
-            continue
-    return found
-
-
-def _distinct(pid: int) -> list[list[int]]:
-    return sorted(sorted(m) for m in set(_masks(pid).values()))
-
-
 def _settle(pid: int, wanted: frozenset[int]) -> None:
     """Wait (up to 5 s) until every thread of ``pid`` shows ``wanted``: a cpuset change
     reaches each task as the kernel walks the cgroup."""
     deadline = time.monotonic() + 5
-    while set(_masks(pid).values()) != {wanted} and time.monotonic() < deadline:
+    while set(thread_masks(pid, skip_exited=True).values()) != {wanted} and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
@@ -145,16 +125,16 @@ def shrinks_under_pin(state: Path, cgroup: Path) -> dict[str, Any]:
         job.send("spawn 5")
         (cgroup / "cgroup.procs").write_text(str(job.pid))
         assert pin(job.pid, {b}, journal=journal).ok
-        pinned = _distinct(job.pid)
+        pinned = distinct_masks(job.pid)
         _cpus(cgroup, {a})  # the cpuset shrinks away from the pin's CPU
         _settle(job.pid, frozenset({a}))
         born = job.send("spawn 5")  # started meanwhile: they inherit the pin's request
-        while_shrunk = _distinct(job.pid)
+        while_shrunk = distinct_masks(job.pid)
         result = undo(journal, job.pid)
         _cpus(cgroup, both)  # and grows back
         time.sleep(0.2)
         _settle(job.pid, both)
-        now = _masks(job.pid)
+        now = thread_masks(job.pid, skip_exited=True)
         return {
             "A": [a],
             "B": [b],
@@ -166,7 +146,7 @@ def shrinks_under_pin(state: Path, cgroup: Path) -> dict[str, Any]:
             "undo_error": result.error,
             "left_alone": [t.message for t in result.threads if "left alone" in t.message],
             "on_pins_cpu_after_growth": sum(m == {b} for m in now.values()),
-            "after_growth": _distinct(job.pid),
+            "after_growth": distinct_masks(job.pid),
         }
 
 
@@ -186,7 +166,7 @@ def partly_outside(state: Path, cgroup: Path) -> dict[str, Any]:
         (cgroup / "cgroup.procs").write_text(str(job.pid))
         _settle(job.pid, frozenset({a}))
         dry = pin(job.pid, {a, b}, journal=journal, ops=DryRunAffinity())
-        masks_after_dry_run = _distinct(job.pid)
+        masks_after_dry_run = distinct_masks(job.pid)
         result = pin(job.pid, {a, b}, journal=journal)
         assert result.journal_id is not None
         entry = journal.get(result.journal_id)
@@ -209,19 +189,5 @@ def partly_outside(state: Path, cgroup: Path) -> dict[str, Any]:
         }
 
 
-SCENARIOS = {f.__name__: f for f in (shrinks_under_pin, partly_outside)}
-
-
-def main() -> int:
-    sys.path.insert(0, str(REPO))
-    scenario, cgroup = sys.argv[1:]
-    with tempfile.TemporaryDirectory() as state:
-        started = time.monotonic()
-        got = SCENARIOS[scenario](Path(state), Path(cgroup))
-        got["seconds"] = round(time.monotonic() - started, 2)
-    print(json.dumps(got))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scenario_main([shrinks_under_pin, partly_outside]))

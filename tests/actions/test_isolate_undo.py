@@ -14,11 +14,9 @@ Run alone: ``python tests/actions/test_isolate_undo.py SCENARIO`` prints the sce
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -26,16 +24,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))  # run as a script inside the namespace too
 
-from tests.helpers.live import needs_namespace, run_in_namespace  # noqa: E402
-
-
-def run_inside(scenario: str) -> dict[str, Any]:
-    return run_in_namespace(__file__, scenario)
+from tests.helpers.live import needs_namespace, run_in_namespace, scenario_main  # noqa: E402
+from tests.helpers.proc import start_ticks, thread_masks  # noqa: E402
 
 
 @needs_namespace
 def test_undo_of_an_isolating_pin_restores_what_the_moved_process_started_since() -> None:
-    got = run_inside("isolate_then_grow")
+    got = run_in_namespace(__file__, "isolate_then_grow")
     assert got["pin_ok"], got["pin_error"]
     # The thread that chose the job's CPU is not isolation's to move: left, and said.
     assert got["self_pinned_after_pin"] == got["B"]
@@ -93,26 +88,11 @@ for line in sys.stdin:
 """
 
 
-def _masks(pid: int) -> dict[int, frozenset[int]]:
-    found = {}
-    for name in os.listdir(f"/proc/{pid}/task"):
-        try:
-            found[int(name)] = frozenset(os.sched_getaffinity(int(name)))
-        except ProcessLookupError:
-            continue
-    return found
-
-
 def _ask(proc: subprocess.Popen[str], command: str) -> list[int]:
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(command + "\n")
     proc.stdin.flush()
     return [int(x) for x in proc.stdout.readline().split()]
-
-
-def _start_ticks(pid: int) -> int:
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return int(text[text.rindex(")") + 2 :].split()[19])
 
 
 def isolate_then_grow(state: Path) -> dict[str, Any]:
@@ -136,27 +116,27 @@ def isolate_then_grow(state: Path) -> dict[str, Any]:
         assert job.stdout is not None and neighbour.stdout is not None
         job.stdout.readline()
         self_pinned = int(neighbour.stdout.readline())
-        before = _masks(neighbour.pid)
+        before = thread_masks(neighbour.pid, skip_exited=True)
         result = pin(
             job.pid,
             {b},
             journal=journal,
             isolate=True,
-            isolate_candidates=[(neighbour.pid, _start_ticks(neighbour.pid))],
+            isolate_candidates=[(neighbour.pid, start_ticks(neighbour.pid))],
         )
-        after_pin = _masks(neighbour.pid)
+        after_pin = thread_masks(neighbour.pid, skip_exited=True)
         moved = sorted({tuple(sorted(m)) for t, m in after_pin.items() if t != self_pinned})
         born = _ask(neighbour, "threads 5")
         child = _ask(neighbour, "fork")[0]
         deadline = time.monotonic() + 10
-        while len(_masks(child)) < 3 and time.monotonic() < deadline:
+        while len(thread_masks(child, skip_exited=True)) < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
         changed = next(t for t in sorted(before) if t not in (neighbour.pid, self_pinned))
         os.sched_setaffinity(changed, {b})  # someone else changes a moved thread since
         own = _ask(neighbour, f"own {b}")[0]
-        born_count = len(born) + len(_masks(child))
+        born_count = len(born) + len(thread_masks(child, skip_exited=True))
         undone = undo(journal, job.pid)
-        now = {**_masks(neighbour.pid), **_masks(child)}
+        now = {**thread_masks(neighbour.pid, skip_exited=True), **thread_masks(child, skip_exited=True)}
         by_tid = {t.tid: t for t in undone.threads}
         return {
             "A": [a],
@@ -171,7 +151,7 @@ def isolate_then_grow(state: Path) -> dict[str, Any]:
             "undo_ok": undone.ok,
             "undo_error": undone.error,
             "left_on_isolation_mask": sorted(t for t, m in now.items() if m == {a}),
-            "child_masks": sorted({tuple(sorted(m)) for m in _masks(child).values()}),
+            "child_masks": sorted({tuple(sorted(m)) for m in thread_masks(child, skip_exited=True).values()}),
             "changed_named": changed in by_tid and "changed since the pin" in by_tid[changed].message,
             "changed_mask": sorted(now[changed]),
             "own_named": own in by_tid and "its own mask" in by_tid[own].message,
@@ -183,19 +163,5 @@ def isolate_then_grow(state: Path) -> dict[str, Any]:
         job.kill()
 
 
-SCENARIOS = {f.__name__: f for f in (isolate_then_grow,)}
-
-
-def main() -> int:
-    sys.path.insert(0, str(REPO))
-    (scenario,) = sys.argv[1:]
-    with tempfile.TemporaryDirectory() as state:
-        started = time.monotonic()
-        got = SCENARIOS[scenario](Path(state))
-        got["seconds"] = round(time.monotonic() - started, 2)
-    print(json.dumps(got))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scenario_main([isolate_then_grow]))

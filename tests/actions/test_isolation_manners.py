@@ -26,8 +26,9 @@ from affmon.actions.threads import OsAffinity
 from affmon.actions.undo import undo
 from affmon.core.model.cpuset import CpuSet, format_cpulist
 from affmon.core.plan.isolation import Candidate, Kin, left_alone
-from tests.actions.test_pin import BOTH, REPO, A, B, cpus, masks, stat_start
 from tests.helpers.live import workload
+from tests.helpers.pinning import BOTH, REPO, A, B, cpus, masks
+from tests.helpers.proc import start_ticks
 
 ME = 1000
 OTHERS_RULE = "; --isolate-all moves it"
@@ -175,7 +176,7 @@ def test_isolate_moves_only_my_own_undeliberate_processes_and_isolate_all_the_ot
         before = {pid: masks(pid) for pid in (target["pid"], mine, theirs, deliberate)}
         assert set(before[mine].values()) == set(before[theirs].values()) == {BOTH}
         assert set(before[deliberate].values()) == {cpus(B)}
-        candidates = tuple((pid, stat_start(pid)) for pid in (mine, theirs, deliberate, 1))
+        candidates = tuple((pid, start_ticks(pid)) for pid in (mine, theirs, deliberate, 1))
         try:
             ops = GuardedOps()
             result = pin(target["pid"], cpus(B), journal=journal, ops=ops, isolate=True, isolate_candidates=candidates)
@@ -219,7 +220,7 @@ def test_isolate_moves_only_my_own_undeliberate_processes_and_isolate_all_the_ot
 def test_a_mask_an_earlier_isolate_gave_is_not_taken_for_a_deliberate_one(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "journal.jsonl")
     with workload("--cpus", str(A), "--sleepers", "1") as target, busy() as hog:
-        candidates = ((hog, stat_start(hog)),)
+        candidates = ((hog, start_ticks(hog)),)
         first = pin(target["pid"], cpus(B), journal=journal, isolate=True, isolate_candidates=candidates)
         assert first.ok and results_by_pid(first)[hog] == {("moved", "")}
         assert set(masks(hog).values()) == {cpus(A)}  # narrower than it may use, by affmon's doing

@@ -23,11 +23,7 @@ from affmon.actions.journal_records import read_head
 from affmon.actions.undo import UndoResult
 from affmon.commands import pinning
 from affmon.core.plan import advice
-
-
-def start_ticks(pid: int) -> int:
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return int(text[text.rindex(")") + 2 :].split()[19])
+from tests.helpers.proc import start_ticks
 
 
 @pytest.fixture

@@ -42,8 +42,9 @@ from affmon.actions.threads import OsAffinity
 from affmon.actions.undo import undo
 from affmon.collect.identity import uptime_ticks
 from affmon.core.model.cpuset import CpuSet
-from tests.actions.test_pin import BOTH, REPO, A, B, cpus, masks, spawner, stat_start
 from tests.helpers.live import workload
+from tests.helpers.pinning import BOTH, REPO, A, B, cpus, masks, spawner
+from tests.helpers.proc import start_ticks
 
 PINS = 20
 
@@ -192,8 +193,8 @@ def test_twenty_stacked_pins_keep_the_journal_within_twice_one_pins_entry(tmp_pa
         for n, entry in enumerate(rest, start=2):
             # The main thread's record, and the mask the pin below left on every other thread.
             assert [t.tid for t in entry.threads] == [pid]
-            assert entry.unlisted == (ProcessMask(pid, stat_start(pid), alternate(n - 1)),)
-        assert expected_masks(journal) == {(pid, stat_start(pid)): alternate(PINS)}
+            assert entry.unlisted == (ProcessMask(pid, start_ticks(pid), alternate(n - 1)),)
+        assert expected_masks(journal) == {(pid, start_ticks(pid)): alternate(PINS)}
 
 
 def test_undo_after_twenty_stacked_pins_restores_the_masks_from_before_the_first(tmp_path: Path) -> None:
@@ -264,7 +265,7 @@ def test_a_stacked_pin_killed_half_way_is_undone_to_the_pin_below(tmp_path: Path
         first, killed = journal.entries()
         assert (first.state, killed.state) == ("applied", "pending")
         assert [t.tid for t in killed.threads] == [pid] and killed.unlisted == (
-            ProcessMask(pid, stat_start(pid), cpus(A)),
+            ProcessMask(pid, start_ticks(pid), cpus(A)),
         )
         assert undo(journal, pid).ok and masks(pid) == below
         assert undo(journal, pid).ok and masks(pid) == before
@@ -320,7 +321,7 @@ def test_a_reader_asked_about_one_process_parses_only_its_entries(
 
         monkeypatch.setattr(journal_module, "read_threads", counted)
         # The views: heads only, every tick and on a change.
-        assert expected_masks(journal)[(other["pid"], stat_start(other["pid"]))] == cpus(A)
+        assert expected_masks(journal)[(other["pid"], start_ticks(other["pid"]))] == cpus(A)
         assert PinnedMasks(journal.path)() == expected_masks(journal)
         assert [h.id for h in journal.heads()][-1] == mine.journal_id
         assert parsed == []

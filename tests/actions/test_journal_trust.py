@@ -24,25 +24,14 @@ from affmon.actions.journal import KEEP_FINISHED, EntryHead, Journal, PinnedMask
 from affmon.actions.journal_records import JournalEntry, JournalError, ThreadRecord
 from affmon.actions.pin import pin
 from affmon.actions.undo import undo
-from affmon.collect.procfs import ProcFs
-from affmon.core.model.cpuset import CpuSet
 from tests.helpers.live import usable_cpus, workload
+from tests.helpers.proc import start_ticks, thread_masks
 
 REPO = Path(__file__).resolve().parent.parent.parent
 CPUS = usable_cpus()
 A, B = CPUS[0], CPUS[-1]
 BOTH = frozenset({A, B})
 NOBODY = 65534
-
-
-def masks(pid: int) -> dict[int, CpuSet]:
-    return {int(t): frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")}
-
-
-def start_of(pid: int) -> int:
-    stat = ProcFs().stat(pid)
-    assert stat is not None
-    return stat.start_ticks
 
 
 def one_line(out: subprocess.CompletedProcess[str], status: int) -> str:
@@ -108,7 +97,7 @@ $AFFMON undo $PID
 echo "undo-status=$?"
 """
     with workload("--cpus", f"{A},{B}", "--sleepers", "2") as w:
-        before = masks(w["pid"])
+        before = thread_masks(w["pid"])
         out = in_mount_namespace(script, mountpoint, w["pid"])
         try:
             assert "undo-status=2" in out.stdout, (out.stdout, out.stderr)
@@ -116,7 +105,7 @@ echo "undo-status=$?"
             assert len(errors) == 1 and "Traceback" not in out.stderr, out.stderr
             reason = "Read-only file system" if trouble == "read-only" else "No space left on device"
             assert reason in errors[0] and errors[0].endswith("nothing was changed"), errors[0]
-            assert set(masks(w["pid"]).values()) == {frozenset({A})}  # still pinned: undo changed nothing
+            assert set(thread_masks(w["pid"]).values()) == {frozenset({A})}  # still pinned: undo changed nothing
         finally:
             for tid, mask in before.items():
                 os.sched_setaffinity(tid, mask)
@@ -149,7 +138,7 @@ def test_a_write_that_fails_part_way_says_exactly_what_was_restored(tmp_path: Pa
         assert f"entry {older.journal_id} and any older one still read as in force" in result.error
         restored = {t.pid for t in result.threads if t.status == "restored"}
         assert restored == {first["pid"], second["pid"]}  # the older entry's threads were put back too...
-        assert set(masks(first["pid"]).values()) == {BOTH}
+        assert set(thread_masks(first["pid"]).values()) == {BOTH}
         monkeypatch.setattr(Journal, "set_state", real)
         # ...and it says so: marked pending (written before its first thread was put back).
         assert {e.id: e.state for e in journal.entries()}[older.journal_id] == "pending"
@@ -202,7 +191,7 @@ def test_a_view_reads_the_journal_again_only_when_it_changed(tmp_path: Path, mon
         monkeypatch.setattr(Journal, "heads", counted)
         watch = PinnedMasks(path)
         for _tick in range(50):
-            assert watch() == {(w["pid"], start_of(w["pid"])): frozenset({A})}
+            assert watch() == {(w["pid"], start_ticks(w["pid"])): frozenset({A})}
         assert len(reads) == 1  # fifty ticks, one read
         monkeypatch.setattr(Journal, "heads", real)
         assert undo(journal, w["pid"]).ok
@@ -216,7 +205,7 @@ def test_the_default_journal_follows_the_state_directory_it_is_named_by(tmp_path
     with workload("--cpus", f"{A},{B}") as w:
         assert pin(w["pid"], {A}, journal=journal).ok
         watch = PinnedMasks()
-        pinned = {(w["pid"], start_of(w["pid"])): frozenset({A})}
+        pinned = {(w["pid"], start_ticks(w["pid"])): frozenset({A})}
         assert watch() == pinned
         monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "b"))  # no journal there
         assert watch() == {}
@@ -232,10 +221,10 @@ def entry_for(pid: int) -> JournalEntry:
         new_entry_id(),
         time.time(),
         pid,
-        start_of(pid),
+        start_ticks(pid),
         frozenset({A}),
         "applied",
-        (ThreadRecord(pid, pid, start_of(pid), BOTH),),
+        (ThreadRecord(pid, pid, start_ticks(pid), BOTH),),
     )
 
 
@@ -243,7 +232,9 @@ def test_a_journal_file_of_another_user_is_refused(tmp_path: Path) -> None:
     """A `nobody`-written entry made root's `undo --all` re-pin a root process."""
     journal = Journal(tmp_path / "state" / "affmon" / "journal.jsonl")
     with workload("--cpus", str(A)) as w:
-        journal.add(replace(entry_for(w["pid"]), threads=(ThreadRecord(w["pid"], w["pid"], start_of(w["pid"]), BOTH),)))
+        journal.add(
+            replace(entry_for(w["pid"]), threads=(ThreadRecord(w["pid"], w["pid"], start_ticks(w["pid"]), BOTH),))
+        )
         os.chown(journal.path, NOBODY, NOBODY)
         with pytest.raises(JournalError, match=r"belongs to nobody, not to root"):
             journal.entries()
@@ -253,7 +244,7 @@ def test_a_journal_file_of_another_user_is_refused(tmp_path: Path) -> None:
         )
         line = one_line(out, 2)
         assert "belongs to nobody" in line and line.endswith("nothing was changed")
-        assert set(masks(w["pid"]).values()) == {frozenset({A})}  # not "restored" to what nobody wrote
+        assert set(thread_masks(w["pid"]).values()) == {frozenset({A})}  # not "restored" to what nobody wrote
         assert PinnedMasks(journal.path)() == {}  # the views do not trust it either
 
 
@@ -305,7 +296,7 @@ def test_root_with_another_users_home_is_refused(tmp_path: Path) -> None:
         assert out.returncode == 1, (out.stdout, out.stderr)
         assert f"{home} is not root's alone (nobody)" in out.stderr
         assert "nothing was changed" in out.stdout and "put back" not in out.stdout
-        assert set(masks(w["pid"]).values()) == {BOTH}
+        assert set(thread_masks(w["pid"]).values()) == {BOTH}
     assert not (home / ".local").exists()  # nothing created in the user's home
 
 
@@ -368,7 +359,7 @@ def test_two_pins_of_one_process_at_once_are_serialised_and_the_second_says_so(t
         entries = Journal(path).entries()
         assert [e.state for e in entries] == ["applied", "applied"]
         # Whole pins, never interleaved: every thread has the mask of the entry written last.
-        assert set(masks(w["pid"]).values()) == {entries[-1].cpus}
+        assert set(thread_masks(w["pid"]).values()) == {entries[-1].cpus}
         json.dumps([e.id for e in entries])
 
 
@@ -423,7 +414,7 @@ def test_the_monitors_undo_offers_the_newest_pin_in_force_and_says_why_it_cannot
         assert pinner.last_pin() == f"PID {w['pid']} pinned to CPUs {A} (1 threads journaled)"
         result = pinner.undo_last()
         assert result.ok, result.error
-        assert set(masks(w["pid"]).values()) == {BOTH}
+        assert set(thread_masks(w["pid"]).values()) == {BOTH}
     assert pinner.last_pin() is None
     os.chown(journal.path, NOBODY, NOBODY)
     with pytest.raises(AffmonError, match="belongs to nobody"):

@@ -11,8 +11,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,55 +23,11 @@ from affmon.actions.threads import DryRunAffinity, OsAffinity
 from affmon.actions.undo import undo
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs
 from affmon.core.model.cpuset import CpuSet, parse_cpulist
-from tests.helpers.live import Driven, driven, usable_cpus, workload
+from tests.helpers.live import workload
+from tests.helpers.pinning import BOTH, REPO, A, B, HookedOps, cpus, masks, spawner
+from tests.helpers.proc import start_ticks
 
-REPO = Path(__file__).resolve().parent.parent.parent
-SPAWNER = Path(__file__).parent.parent / "helpers" / "thread_spawner.py"
 PROC = ProcFs("/")
-
-if len(usable_cpus()) < 2:
-    pytest.skip("these tests need two CPUs (CI has two)", allow_module_level=True)
-A, B = usable_cpus()[:2]
-BOTH = frozenset({A, B})
-
-
-def masks(pid: int) -> dict[int, CpuSet]:
-    """tid -> the mask the kernel reports, for every thread of ``pid`` that is alive."""
-    found = {}
-    for tid in PROC.tids(pid):
-        with suppress(ProcessLookupError):
-            found[tid] = frozenset(os.sched_getaffinity(tid))
-    return found
-
-
-def stat_start(pid: int) -> int:
-    stat = ProcFs().stat(pid)
-    assert stat is not None
-    return stat.start_ticks
-
-
-def cpus(*ids: int) -> CpuSet:
-    return frozenset(ids)
-
-
-class HookedOps(OsAffinity):
-    """The real system calls, with ``hook(n, tid, cpus)`` run before the n-th set. The hook
-    may raise (the set fails) or return True (the set is skipped: the thread escapes)."""
-
-    def __init__(self, hook: Callable[[int, int, CpuSet], bool | None]) -> None:
-        self.hook = hook
-        self.calls: list[tuple[int, CpuSet]] = []
-
-    def set(self, tid: int, cpus: CpuSet) -> None:
-        self.calls.append((tid, cpus))
-        if not self.hook(len(self.calls), tid, cpus):
-            super().set(tid, cpus)
-
-
-def spawner(*args: str) -> AbstractContextManager[Driven]:
-    """``tests/helpers/thread_spawner.py``: a process that makes threads on request (its first line
-    names the thread that creates them: ``info["creator"]``)."""
-    return driven(SPAWNER, *args)
 
 
 def kernel_thread(*, fixed: bool, on: int) -> int:
@@ -98,7 +52,7 @@ def test_every_thread_gets_the_cpus_and_each_result_says_set(tmp_path: Path) -> 
     with workload("--cpus", f"{A},{B}", "--busy", "1", "--sleepers", "3") as w:
         pid = w["pid"]
         previous = BOTH
-        start = stat_start(pid)
+        start = start_ticks(pid)
         for target in (cpus(B), cpus(A)):
             result = pin(pid, target, journal=journal)
             assert result.ok and result.error is None and not result.rolled_back and result.changed
@@ -529,7 +483,7 @@ def test_isolate_moves_busy_tasks_off_the_cpus_and_undo_brings_them_back(tmp_pat
             journal=journal,
             ops=HookedOps(hook),
             isolate=True,
-            isolate_candidates=tuple((p, stat_start(p)) for p in (*(w["pid"] for w in candidates), kthreadd, percpu)),
+            isolate_candidates=tuple((p, start_ticks(p)) for p in (*(w["pid"] for w in candidates), kthreadd, percpu)),
             isolate_all=True,  # hog_inside was pinned on purpose: only --isolate-all moves it
         )
         assert result.ok, result.error
@@ -550,7 +504,7 @@ def test_isolate_moves_busy_tasks_off_the_cpus_and_undo_brings_them_back(tmp_pat
             f"not moved: not permitted to set the affinity of PID {refuser['pid']}"
         )
         assert elsewhere["pid"] not in by_pid
-        assert expected_masks(journal) == {(target["pid"], stat_start(target["pid"])): cpus(B)}
+        assert expected_masks(journal) == {(target["pid"], start_ticks(target["pid"])): cpus(B)}
 
         undone = undo(journal, target["pid"])
         assert undone.ok

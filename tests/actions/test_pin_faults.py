@@ -22,8 +22,8 @@ from affmon.actions.threads import OsAffinity
 from affmon.actions.undo import undo
 from affmon.collect.procfs import PF_NO_SETAFFINITY
 from affmon.core.model.cpuset import CpuSet
-from tests.actions.test_pin import BOTH, REPO, A, B, HookedOps, cpus, masks, spawner
 from tests.helpers.live import workload
+from tests.helpers.pinning import BOTH, REPO, A, B, HookedOps, cpus, masks, spawner
 
 
 def recorded_proc(root: Path, pid: int, flagged: set[int]) -> None:

@@ -38,8 +38,8 @@ from affmon.collect.sysfs_topology import read_topology
 from affmon.core.model.cpuset import CpuSet
 from affmon.core.model.samples import NodeMemory
 from affmon.core.model.topology import NumaNode, Topology
-from tests.collect.test_topology_sysfs import extract_tree
 from tests.helpers.live import usable_cpus, workload
+from tests.helpers.topology_trees import extract_tree
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "proc"
 MIB = 1 << 20

@@ -14,28 +14,22 @@ Run alone: ``python tests/actions/test_pin_refused_child.py SCENARIO`` prints th
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))  # run as a script inside the namespace too
 
-from tests.helpers.live import needs_namespace, run_in_namespace  # noqa: E402
-
-
-def run_inside(scenario: str) -> dict[str, Any]:
-    return run_in_namespace(__file__, scenario)
+from tests.helpers.live import needs_namespace, run_in_namespace, scenario_main  # noqa: E402
+from tests.helpers.proc import distinct_masks  # noqa: E402
 
 
 @needs_namespace
 def test_a_refused_descendant_is_named_and_the_others_pinned_only_when_asked() -> None:
-    got = run_inside("refused_child")
+    got = run_in_namespace(__file__, "refused_child")
     refused = got["refused"]
     assert not refused["ok"] and refused["unchanged"]
     error = refused["error"]
@@ -65,16 +59,6 @@ sys.stdin.read()
 """
 
 
-def _distinct(pid: int) -> list[list[int]]:
-    found = set()
-    for name in os.listdir(f"/proc/{pid}/task"):
-        try:
-            found.add(tuple(sorted(os.sched_getaffinity(int(name)))))
-        except ProcessLookupError:
-            continue
-    return sorted(list(m) for m in found)
-
-
 def refused_child(state: Path) -> dict[str, Any]:
     import errno
 
@@ -102,9 +86,9 @@ def refused_child(state: Path) -> dict[str, Any]:
                 super().set(tid, cpus)
 
         refused = pin(job.pid, {a}, with_children=True, ops=Refusing(), journal=journal)
-        unchanged = _distinct(job.pid) == [both] and _distinct(child) == [both]
+        unchanged = distinct_masks(job.pid) == [both] and distinct_masks(child) == [both]
         skipped = pin(job.pid, {a}, with_children=True, ops=Refusing(), journal=journal, skip_refused=True)
-        job_masks, child_masks = _distinct(job.pid), _distinct(child)
+        job_masks, child_masks = distinct_masks(job.pid), distinct_masks(child)
         undone = undo(journal, job.pid, ops=Refusing())
         return {
             "A": [a],
@@ -120,25 +104,11 @@ def refused_child(state: Path) -> dict[str, Any]:
                 "child_masks": child_masks,
             },
             "undo_ok": undone.ok,
-            "after_undo": _distinct(job.pid),
+            "after_undo": distinct_masks(job.pid),
         }
     finally:
         job.kill()
 
 
-SCENARIOS = {f.__name__: f for f in (refused_child,)}
-
-
-def main() -> int:
-    sys.path.insert(0, str(REPO))
-    (scenario,) = sys.argv[1:]
-    with tempfile.TemporaryDirectory() as state:
-        started = time.monotonic()
-        got = SCENARIOS[scenario](Path(state))
-        got["seconds"] = round(time.monotonic() - started, 2)
-    print(json.dumps(got))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scenario_main([refused_child]))

@@ -14,8 +14,6 @@ from hypothesis import strategies as st
 
 from affmon.actions.journal import Journal
 from affmon.actions.tune import Row, Tuner, described
-from affmon.collect.identity import resolve_pid
-from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.sysfs_topology import read_topology
 from affmon.core.model.cpuset import CpuSet
@@ -27,6 +25,7 @@ from affmon.core.plan.tuning import choose, placement_problem, spread_of_rows
 from affmon.nvml import NvmlGateway
 from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from tests.helpers.live import usable_cpus, workload
+from tests.helpers.proc import start_ticks
 
 
 class VirtualOps:
@@ -46,10 +45,6 @@ class VirtualOps:
         self.masks[tid] = frozenset(cpus)
         self.sets.append((tid, frozenset(cpus)))
         self.on_set(tid, frozenset(cpus))
-
-
-def stat_start_ticks(pid: int) -> int:
-    return resolve_pid(ProcFs("/"), pid).start_ticks
 
 
 def fixed(*found: Placement) -> Callable[[Job, Snapshot, Sequence[Snapshot]], list[Placement]]:
@@ -83,7 +78,7 @@ def gpu_tuner(tmp_path, pid: int, utils: dict[CpuSet, Any], start_utils: list[in
     ops = VirtualOps(on_set)
     tuner = Tuner(
         pid,
-        start_ticks=stat_start_ticks(pid),
+        start_ticks=start_ticks(pid),
         sampler=Sampler("/", Selection(pids=(pid,)), gpu_source=gateway),
         topology=read_topology("/"),
         journal=Journal(tmp_path / "journal.jsonl"),
@@ -165,7 +160,7 @@ def test_a_candidate_that_breaks_the_planners_rules_is_never_tried(tmp_path):
         ops = VirtualOps()
         tuner = Tuner(
             pid,
-            start_ticks=stat_start_ticks(pid),
+            start_ticks=start_ticks(pid),
             sampler=Sampler("/", Selection(pids=(pid,))),
             topology=read_topology("/"),
             journal=Journal(tmp_path / "journal.jsonl"),
@@ -277,7 +272,7 @@ def test_a_tune_that_can_try_no_candidate_ends_in_an_error_not_in_the_start_stay
         pid = info["pid"]
         tuner = Tuner(
             pid,
-            start_ticks=stat_start_ticks(pid),
+            start_ticks=start_ticks(pid),
             sampler=Sampler("/", Selection(pids=(pid,))),
             topology=read_topology("/"),
             journal=Journal(tmp_path / "journal.jsonl"),

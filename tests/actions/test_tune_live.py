@@ -23,6 +23,7 @@ from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.sysfs_topology import read_topology
 from tests.helpers.live import usable_cpus, workload
+from tests.helpers.proc import thread_masks
 
 
 @pytest.fixture
@@ -33,14 +34,6 @@ def state(tmp_path, monkeypatch):
 
 def affmon(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "affmon", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def masks(*pids: int) -> dict[int, frozenset[int]]:
-    found = {}
-    for pid in pids:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            found[int(tid)] = frozenset(os.sched_getaffinity(int(tid)))
-    return found
 
 
 def wait_share(tid: int, seconds: float) -> float:
@@ -123,7 +116,7 @@ def test_tune_keeps_a_placement_the_job_runs_better_on_and_undo_restores_every_m
         everyone = (pid, info["child"], *hog_pids)
         with ahead_of_other_load(*everyone):
             time.sleep(0.5)
-            before_masks = masks(*everyone)
+            before_masks = thread_masks(*everyone)
             before = wait_share(busy, 1.5)  # pinned to one CPU that a hog shares
             tuner = Tuner(
                 pid,
@@ -153,19 +146,19 @@ def test_tune_keeps_a_placement_the_job_runs_better_on_and_undo_restores_every_m
             assert after < before, (before, after, table)
             entries = [e for e in Journal(default_journal_path()).entries() if e.state == "applied"]
             assert [e.pid for e in entries] == [pid] and entries[0].cpus == kept.cpus
-            assert masks(pid)[busy] == kept.cpus
+            assert thread_masks(pid)[busy] == kept.cpus
             moved = {r.pid for r in entries[0].threads if r.role != "pin"}
             assert moved == {pid for pid, _ in kept.isolate}
             undone = affmon("undo", str(pid))
             assert undone.returncode == 0, undone.stderr
-            assert masks(*everyone) == before_masks
+            assert thread_masks(*everyone) == before_masks
 
 
 def test_sigint_in_the_middle_restores_at_once(state):
     cpu = first_cpu()
     with workload("--cpus", str(cpu), "--busy", "1", "--child") as info:
         pid = info["pid"]
-        before = masks(pid, info["child"])
+        before = thread_masks(pid, info["child"])
         args = ["tune", str(pid), "--no-isolate", "--settle", "20", "--window", "20", "--interval", "0.3"]
         tune = subprocess.Popen(
             [sys.executable, "-m", "affmon", *args],
@@ -183,9 +176,9 @@ def test_sigint_in_the_middle_restores_at_once(state):
             else:
                 pytest.fail(f"tune never tried a candidate: {lines} {tune.stderr.read() if tune.stderr else ''}")
             end = time.monotonic() + 30
-            while masks(pid, info["child"]) == before and time.monotonic() < end:
+            while thread_masks(pid, info["child"]) == before and time.monotonic() < end:
                 time.sleep(0.05)
-            assert masks(pid, info["child"]) != before  # the candidate is in force
+            assert thread_masks(pid, info["child"]) != before  # the candidate is in force
             tune.send_signal(signal.SIGINT)
             _, err = tune.communicate(timeout=15)  # far less than the 20 s settle: at once
         finally:
@@ -193,7 +186,7 @@ def test_sigint_in_the_middle_restores_at_once(state):
                 tune.kill()
         assert tune.returncode == 130, err
         assert "interrupted" in err and "Traceback" not in err
-        assert masks(pid, info["child"]) == before
+        assert thread_masks(pid, info["child"]) == before
         assert not [e for e in Journal(default_journal_path()).entries() if e.state in ("applied", "pending")]
 
 
@@ -201,14 +194,14 @@ def test_dry_run_lists_the_candidates_and_changes_nothing(state):
     cpu = first_cpu()
     with workload("--cpus", str(cpu), "--busy", "1", "--child") as info:
         pid = info["pid"]
-        before = masks(pid, info["child"])
+        before = thread_masks(pid, info["child"])
         out = affmon("tune", str(pid), "--dry-run", "--json", "--interval", "0.3")
         assert out.returncode == 0, out.stderr
         data = json.loads(out.stdout)
         assert data["score"] == "cpu"
         assert data["rows"][0]["status"] == "waiting" and len(data["rows"]) >= 2
         assert all(r["measures"] == [] for r in data["rows"])
-        assert masks(pid, info["child"]) == before
+        assert thread_masks(pid, info["child"]) == before
         assert not default_journal_path().exists()
 
 

@@ -22,8 +22,6 @@ from affmon.actions.pin import pin
 from affmon.actions.threads import OsAffinity
 from affmon.actions.tune import Tuner
 from affmon.actions.undo import undo
-from affmon.collect.identity import resolve_pid
-from affmon.collect.procfs import ProcFs
 from affmon.collect.sampler import Sampler, Selection
 from affmon.collect.sysfs_topology import read_topology
 from affmon.core.model.cpuset import CpuSet
@@ -32,6 +30,7 @@ from affmon.core.plan.placements import Placement
 from affmon.nvml import NvmlGateway
 from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from tests.helpers.live import Driven, driven, usable_cpus
+from tests.helpers.proc import start_ticks, thread_masks
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SPLIT_JOB = Path(__file__).resolve().parent.parent / "helpers" / "split_job.py"
@@ -46,19 +45,6 @@ class HeardOps(OsAffinity):
     def set(self, tid: int, cpus: CpuSet) -> None:
         super().set(tid, cpus)
         self.on_set(tid, frozenset(cpus))
-
-
-def start_of(pid: int) -> int:
-    return resolve_pid(ProcFs("/"), pid).start_ticks
-
-
-def masks(*pids: int) -> dict[int, frozenset[int]]:
-    """Every thread of ``pids`` -> its mask in force."""
-    found = {}
-    for pid in pids:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            found[int(tid)] = frozenset(os.sched_getaffinity(int(tid)))
-    return found
 
 
 def one_core_per_cpu() -> Topology:
@@ -128,7 +114,7 @@ def tune_split(job: Driven, journal: Journal) -> Placement:
 
     tuner = Tuner(
         pid,
-        start_ticks=start_of(pid),
+        start_ticks=start_ticks(pid),
         sampler=Sampler("/", Selection(pids=(pid, worker)), gpu_source=gateway),
         topology=one_core_per_cpu(),
         journal=journal,
@@ -156,11 +142,11 @@ def test_a_kept_split_is_expected_as_pinned_so_diagnose_reports_no_drift(tmp_pat
     assert drift_findings(state, pid) == []
     # What the journal expects is what the kernel has, thread by thread.
     expected = expected_masks(journal)
-    assert expected == {(pid, start_of(pid)): split.main_cpus, (worker, start_of(worker)): split.worker_cpus}
+    assert expected == {(pid, start_ticks(pid)): split.main_cpus, (worker, start_ticks(worker)): split.worker_cpus}
     for process in (pid, worker):
-        assert set(masks(process).values()) == {expected[(process, start_of(process))]}
+        assert set(thread_masks(process).values()) == {expected[(process, start_ticks(process))]}
     # The rule still sees a worker's thread that left its part behind affmon's back.
-    moved = sorted(masks(worker))[-1]
+    moved = sorted(thread_masks(worker))[-1]
     os.sched_setaffinity(moved, split.cpus)
     found = drift_findings(state, pid)
     assert [f["evidence"]["pid"] for f in found] == [worker], found  # type: ignore[index]
@@ -170,7 +156,7 @@ def test_undo_of_a_kept_split_restores_every_thread_and_worker_created_after_it(
     state = tmp_path / "state"
     journal = Journal(state / "affmon" / "journal.jsonl")
     pid, worker = job.pid, job.info["worker"]
-    before = masks(pid, worker)
+    before = thread_masks(pid, worker)
     split = tune_split(job, journal)
     assert split.main_cpus is not None and split.worker_cpus is not None
     # Created after the split: each inherits the part of the thread that creates it.
@@ -180,13 +166,13 @@ def test_undo_of_a_kept_split_restores_every_thread_and_worker_created_after_it(
     new_workers_thread = job.send(f"to {new_worker} spawn")
     assert os.sched_getaffinity(new_main_thread) == split.main_cpus
     assert os.sched_getaffinity(new_worker_thread) == split.worker_cpus
-    assert set(masks(new_worker).values()) == {split.main_cpus}
-    assert new_workers_thread in masks(new_worker)
+    assert set(thread_masks(new_worker).values()) == {split.main_cpus}
+    assert new_workers_thread in thread_masks(new_worker)
     undone = affmon(state, "undo", str(pid))
     assert undone.returncode == 0, undone.stderr + undone.stdout
     old = before[pid]
-    assert masks(pid, worker) == {**before, new_main_thread: old, new_worker_thread: before[worker]}
-    assert set(masks(new_worker).values()) == {old}
+    assert thread_masks(pid, worker) == {**before, new_main_thread: old, new_worker_thread: before[worker]}
+    assert set(thread_masks(new_worker).values()) == {old}
     assert not [e for e in journal.entries() if e.state in ("pending", "applied")]
 
 
@@ -196,17 +182,17 @@ def test_a_crash_between_the_parts_leaves_an_entry_undo_takes_back_whole(tmp_pat
     journal = Journal(tmp_path / "journal.jsonl")
     main, workers = halves()
     pid, worker = job.pid, job.info["worker"]
-    before = masks(pid, worker)
-    whole = pin(pid, main | workers, start_ticks=start_of(pid), with_children=True, journal=journal)
+    before = thread_masks(pid, worker)
+    whole = pin(pid, main | workers, start_ticks=start_ticks(pid), with_children=True, journal=journal)
     assert whole.ok and whole.journal_id is not None
-    entry = journal.refine(whole.journal_id, {(pid, start_of(pid)): main, (worker, start_of(worker)): workers})
+    entry = journal.refine(whole.journal_id, {(pid, start_ticks(pid)): main, (worker, start_ticks(worker)): workers})
     assert journal.entries() == [entry]
-    assert expected_masks(journal) == {(pid, start_of(pid)): main, (worker, start_of(worker)): workers}
-    assert pin(pid, main, start_ticks=start_of(pid)).ok  # the main part; the worker's never came
+    assert expected_masks(journal) == {(pid, start_ticks(pid)): main, (worker, start_ticks(worker)): workers}
+    assert pin(pid, main, start_ticks=start_ticks(pid)).ok  # the main part; the worker's never came
     new_main_thread = job.send("spawn")
     new_worker = job.send("fork")
-    assert os.sched_getaffinity(new_main_thread) == main and set(masks(new_worker).values()) == {main}
+    assert os.sched_getaffinity(new_main_thread) == main and set(thread_masks(new_worker).values()) == {main}
     result = undo(journal, pid)
     assert result.ok, result.error
-    assert masks(pid, worker) == {**before, new_main_thread: before[pid]}
-    assert set(masks(new_worker).values()) == {before[pid]}
+    assert thread_masks(pid, worker) == {**before, new_main_thread: before[pid]}
+    assert set(thread_masks(new_worker).values()) == {before[pid]}

@@ -14,24 +14,19 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))  # run as a script inside the namespace too
 
-from tests.helpers.live import needs_namespace, run_in_namespace  # noqa: E402
-
-
-def run_inside(scenario: str) -> dict[str, Any]:
-    return run_in_namespace(__file__, scenario)
+from tests.helpers.live import needs_namespace, run_in_namespace, scenario_main  # noqa: E402
+from tests.helpers.proc import sleepers, start_ticks  # noqa: E402
 
 
 @needs_namespace
 def test_diagnose_after_an_undo_killed_half_way_says_to_run_undo_again() -> None:
-    got = run_inside("killed_undo_diagnosed")
+    got = run_in_namespace(__file__, "killed_undo_diagnosed")
     assert got["killed_code"] == 70 and got["state"] == "pending" and got["still_pinned"] > 0
     drift = got["drift"]
     assert drift is not None, got["stdout"]
@@ -64,19 +59,6 @@ undo(Journal(sys.argv[2]), int(sys.argv[1]), ops=Crash())
 """
 
 
-def _sleepers(count: int) -> subprocess.Popen[str]:
-    script = (
-        "import sys, threading\n"
-        "stop = threading.Event()\n"
-        f"for _ in range({count}): threading.Thread(target=stop.wait, daemon=True).start()\n"
-        "print('ready', flush=True)\n"
-        "sys.stdin.read()\n"
-    )
-    job = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert job.stdout is not None and job.stdout.readline() == "ready\n"
-    return job
-
-
 def killed_undo_diagnosed(state: Path) -> dict[str, Any]:
     from affmon.actions.journal import Journal, default_journal_path, expected_masks
     from affmon.actions.pin import pin
@@ -85,7 +67,7 @@ def killed_undo_diagnosed(state: Path) -> dict[str, Any]:
     a = sorted(os.sched_getaffinity(0))[0]
     path = default_journal_path()
     journal = Journal(path)
-    job = _sleepers(30)
+    job = sleepers(30)
     try:
         pinned = pin(job.pid, {a}, journal=journal)
         assert pinned.ok and pinned.journal_id is not None
@@ -107,10 +89,9 @@ def killed_undo_diagnosed(state: Path) -> dict[str, Any]:
         report = json.loads(out.stdout)
         findings = report["findings"] if isinstance(report, dict) else report
         drift = next((f for f in findings if f["code"] == "AFFINITY_DRIFT"), None)
-        start = int(Path(f"/proc/{job.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
         return {
             "pid": job.pid,
-            "start": start,
+            "start": start_ticks(job.pid),
             "killed_code": killed.returncode,
             "state": journal.get(pinned.journal_id).state,
             "still_pinned": still,
@@ -123,19 +104,5 @@ def killed_undo_diagnosed(state: Path) -> dict[str, Any]:
         job.kill()
 
 
-SCENARIOS = {f.__name__: f for f in (killed_undo_diagnosed,)}
-
-
-def main() -> int:
-    sys.path.insert(0, str(REPO))
-    (scenario,) = sys.argv[1:]
-    with tempfile.TemporaryDirectory() as state:
-        started = time.monotonic()
-        got = SCENARIOS[scenario](Path(state))
-        got["seconds"] = round(time.monotonic() - started, 2)
-    print(json.dumps(got))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scenario_main([killed_undo_diagnosed]))

@@ -17,31 +17,24 @@ Run alone: ``python tests/actions/test_undo_interrupted.py SCENARIO`` prints the
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))  # run as a script inside the namespace too
 
-from tests.helpers.live import needs_namespace, run_in_namespace  # noqa: E402
-
-
-def run_inside(scenario: str) -> dict[str, Any]:
-    return run_in_namespace(__file__, scenario)
-
+from tests.helpers.live import needs_namespace, run_in_namespace, scenario_main  # noqa: E402
+from tests.helpers.proc import sleepers, thread_masks  # noqa: E402
 
 # -- the tests -----------------------------------------------------------------------------
 
 
 @needs_namespace
 def test_one_undo_completes_a_pin_killed_half_way_under_a_later_pin() -> None:
-    got = run_inside("killed_pin_then_pin")
+    got = run_in_namespace(__file__, "killed_pin_then_pin")
     assert got["states_before"] == ["pending", "applied"]
     assert got["undo_ok"], got["undo_error"]
     assert got["undone"] == 2  # the later pin and the killed one below it, in one undo
@@ -51,7 +44,7 @@ def test_one_undo_completes_a_pin_killed_half_way_under_a_later_pin() -> None:
 
 @needs_namespace
 def test_an_undo_killed_half_way_is_pending_not_drift_and_the_next_undo_completes_it() -> None:
-    got = run_inside("killed_undo")
+    got = run_in_namespace(__file__, "killed_undo")
     assert got["killed_code"] == 70
     assert got["some_back"] and not got["all_back_after_kill"]  # killed with the job half put back
     assert got["state_after_kill"] == "pending"
@@ -62,7 +55,7 @@ def test_an_undo_killed_half_way_is_pending_not_drift_and_the_next_undo_complete
 
 @needs_namespace
 def test_two_journals_on_one_job_end_where_the_remaining_pin_says() -> None:
-    got = run_inside("two_journals")
+    got = run_in_namespace(__file__, "two_journals")
     # Root's undo finds the user's mask on every thread: it names them and leaves them.
     assert not got["root_undo_ok"]
     assert "left alone" in got["root_undo_error"]
@@ -76,7 +69,7 @@ def test_two_journals_on_one_job_end_where_the_remaining_pin_says() -> None:
 
 @needs_namespace
 def test_threads_born_of_a_thread_undo_already_put_back_are_not_named_as_their_own() -> None:
-    got = run_inside("born_during_undo")
+    got = run_in_namespace(__file__, "born_during_undo")
     assert got["undo_ok"], got["undo_error"]
     assert len(got["born"]) == 3 and got["born_masks"] == [got["BOTH"]] * 3
     assert got["own_mask_lines"] == []
@@ -84,7 +77,7 @@ def test_threads_born_of_a_thread_undo_already_put_back_are_not_named_as_their_o
 
 @needs_namespace
 def test_a_pin_refused_before_any_change_leaves_no_entry() -> None:
-    got = run_inside("refused_pin")
+    got = run_in_namespace(__file__, "refused_pin")
     assert not got["ok"] and not got["changed"] and "not permitted" in got["error"]
     assert got["masks_unchanged"]
     assert got["entries"] == []
@@ -127,30 +120,6 @@ undo(Journal(sys.argv[2]), int(sys.argv[1]), ops=Crash())
 """
 
 
-def _masks(pid: int) -> dict[int, frozenset[int]]:
-    found = {}
-    for name in os.listdir(f"/proc/{pid}/task"):
-        try:
-            found[int(name)] = frozenset(os.sched_getaffinity(int(name)))
-        except ProcessLookupError:
-            continue
-    return found
-
-
-def _sleepers(count: int) -> subprocess.Popen[str]:
-    """A process of ``count`` threads that wait, on every CPU this one may use."""
-    script = (
-        "import sys, threading\n"
-        "stop = threading.Event()\n"
-        f"for _ in range({count}): threading.Thread(target=stop.wait, daemon=True).start()\n"
-        "print('ready', flush=True)\n"
-        "sys.stdin.read()\n"
-    )
-    job = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert job.stdout is not None and job.stdout.readline() == "ready\n"
-    return job
-
-
 def killed_pin_then_pin(state: Path) -> dict[str, Any]:
     from affmon.actions.journal import Journal
     from affmon.actions.pin import pin
@@ -159,15 +128,15 @@ def killed_pin_then_pin(state: Path) -> dict[str, Any]:
     a, b = sorted(os.sched_getaffinity(0))[:2]
     path = state / "journal.jsonl"
     journal = Journal(path)
-    job = _sleepers(30)
+    job = sleepers(30)
     try:
-        before = _masks(job.pid)
+        before = thread_masks(job.pid, skip_exited=True)
         crashed = subprocess.run([sys.executable, "-c", CRASHING_PIN, str(job.pid), str(a), str(path)], cwd=REPO)
         assert crashed.returncode == 70
         assert pin(job.pid, {b}, journal=journal).ok
         states_before = [e.state for e in journal.heads()]
         result = undo(journal, job.pid)
-        now = _masks(job.pid)
+        now = thread_masks(job.pid, skip_exited=True)
         return {
             "states_before": states_before,
             "undo_ok": result.ok,
@@ -189,13 +158,13 @@ def killed_undo(state: Path) -> dict[str, Any]:
     a = sorted(os.sched_getaffinity(0))[0]
     path = state / "journal.jsonl"
     journal = Journal(path)
-    job = _sleepers(30)
+    job = sleepers(30)
     try:
-        before = _masks(job.pid)
+        before = thread_masks(job.pid, skip_exited=True)
         pinned = pin(job.pid, {a}, journal=journal)
         assert pinned.ok and pinned.journal_id is not None
         killed = subprocess.run([sys.executable, "-c", CRASHING_UNDO, str(job.pid), str(path)], cwd=REPO)
-        half = _masks(job.pid)
+        half = thread_masks(job.pid, skip_exited=True)
         state_after_kill = journal.get(pinned.journal_id).state
         expected = expected_masks(journal)
         again = undo(journal, job.pid)
@@ -207,7 +176,7 @@ def killed_undo(state: Path) -> dict[str, Any]:
             "expected_after_kill": [list(k) for k in expected],
             "again_ok": again.ok,
             "again_error": again.error,
-            "all_back": _masks(job.pid) == before,
+            "all_back": thread_masks(job.pid, skip_exited=True) == before,
             "state_after": journal.get(pinned.journal_id).state,
         }
     finally:
@@ -221,22 +190,22 @@ def two_journals(state: Path) -> dict[str, Any]:
 
     a, b = sorted(os.sched_getaffinity(0))[:2]
     roots, users = Journal(state / "root.jsonl"), Journal(state / "user.jsonl")
-    job = _sleepers(5)
+    job = sleepers(5)
     try:
         theirs = pin(job.pid, {a}, journal=roots)
         assert theirs.ok and theirs.journal_id is not None
         assert pin(job.pid, {b}, journal=users).ok
         root_undo = undo(roots, job.pid)
-        after_root_undo = sorted({tuple(sorted(m)) for m in _masks(job.pid).values()})
+        after_root_undo = sorted({tuple(sorted(m)) for m in thread_masks(job.pid, skip_exited=True).values()})
         root_state = roots.get(theirs.journal_id).state
         user_undo = undo(users, job.pid)
-        after_user_undo = sorted({tuple(sorted(m)) for m in _masks(job.pid).values()})
+        after_user_undo = sorted({tuple(sorted(m)) for m in thread_masks(job.pid, skip_exited=True).values()})
         root_again = undo(roots, job.pid)
         return {
             "A": [a],
             "B": [b],
             "BOTH": sorted(os.sched_getaffinity(0)),
-            "threads": len(_masks(job.pid)),
+            "threads": len(thread_masks(job.pid, skip_exited=True)),
             "root_undo_ok": root_undo.ok,
             "root_undo_error": root_undo.error or "",
             "root_left": sum(
@@ -248,7 +217,9 @@ def two_journals(state: Path) -> dict[str, Any]:
             "user_undo_ok": user_undo.ok,
             "after_user_undo": [list(m) for m in after_user_undo],
             "root_again_ok": root_again.ok,
-            "after_root_again": [sorted(m) for m in {frozenset(m) for m in _masks(job.pid).values()}],
+            "after_root_again": [
+                sorted(m) for m in {frozenset(m) for m in thread_masks(job.pid, skip_exited=True).values()}
+            ],
         }
     finally:
         job.kill()
@@ -303,34 +274,20 @@ def refused_pin(state: Path) -> dict[str, Any]:
         def set(self, tid: int, cpus: CpuSet) -> None:
             raise OSError(errno.EPERM, "Operation not permitted")
 
-    job = _sleepers(3)
+    job = sleepers(3)
     try:
-        before = _masks(job.pid)
+        before = thread_masks(job.pid, skip_exited=True)
         result = pin(job.pid, {a}, ops=Refusing(), journal=journal)
         return {
             "ok": result.ok,
             "changed": result.changed,
             "error": result.error or "",
-            "masks_unchanged": _masks(job.pid) == before,
+            "masks_unchanged": thread_masks(job.pid, skip_exited=True) == before,
             "entries": [e.state for e in journal.heads()],
         }
     finally:
         job.kill()
 
 
-SCENARIOS = {f.__name__: f for f in (killed_pin_then_pin, killed_undo, two_journals, born_during_undo, refused_pin)}
-
-
-def main() -> int:
-    sys.path.insert(0, str(REPO))
-    (scenario,) = sys.argv[1:]
-    with tempfile.TemporaryDirectory() as state:
-        started = time.monotonic()
-        got = SCENARIOS[scenario](Path(state))
-        got["seconds"] = round(time.monotonic() - started, 2)
-    print(json.dumps(got))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scenario_main([killed_pin_then_pin, killed_undo, two_journals, born_during_undo, refused_pin]))

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from affmon.collect.identity import hidden_processes_notice
-from tests.actions.test_pin import REPO
+from tests.helpers.pinning import REPO
 
 HOST_PROC = "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0"
 

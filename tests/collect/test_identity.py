@@ -26,8 +26,9 @@ from affmon.collect.sysfs_topology import read_topology
 from affmon.core.model.rates import make_snapshot
 from affmon.core.plan.advice import propose_pin
 from affmon.tui.pinner import SystemPinner
-from tests.actions.test_pin import BOTH, REPO, A, B, cpus, masks, spawner, stat_start
 from tests.helpers.live import Driven, driven, workload
+from tests.helpers.pinning import BOTH, REPO, A, B, cpus, masks, spawner
+from tests.helpers.proc import start_ticks
 
 FORKER = Path(__file__).parent.parent / "helpers" / "forker.py"
 PID_REUSE = Path(__file__).parent.parent / "helpers" / "pid_reuse.py"
@@ -41,7 +42,7 @@ def forker(*args: str) -> AbstractContextManager[Driven]:
 def wait_past(*pids: int) -> None:
     """Until the boot clock's tick count is past these processes' start times, so that a pin
     begun now is later than each of them (the unit is 10 ms)."""
-    latest = max(stat_start(pid) for pid in pids)
+    latest = max(start_ticks(pid) for pid in pids)
     deadline = time.monotonic() + 10
     while (uptime_ticks() or 0) <= latest:
         assert time.monotonic() < deadline, "the boot clock did not advance"
@@ -184,7 +185,7 @@ def test_a_pin_for_a_start_time_the_process_does_not_have_changes_nothing(tmp_pa
     with workload("--cpus", str(A), "--sleepers", "2") as w:
         pid = w["pid"]
         before = masks(pid)
-        result = pin(pid, cpus(B), start_ticks=stat_start(pid) - 1, journal=journal)
+        result = pin(pid, cpus(B), start_ticks=start_ticks(pid) - 1, journal=journal)
         assert not result.ok and not result.changed and result.threads == () and result.journal_id is None
         assert result.error == (
             f"PID {pid} is no longer the process chosen: that one exited and the PID now belongs to"
@@ -192,7 +193,7 @@ def test_a_pin_for_a_start_time_the_process_does_not_have_changes_nothing(tmp_pa
         )
         assert masks(pid) == before
         assert journal.entries() == []
-        assert pin(pid, cpus(B), start_ticks=stat_start(pid), journal=journal).ok  # the right one is pinned
+        assert pin(pid, cpus(B), start_ticks=start_ticks(pid), journal=journal).ok  # the right one is pinned
         assert set(masks(pid).values()) == {cpus(B)}
 
 
@@ -201,7 +202,7 @@ def test_isolate_skips_a_candidate_whose_start_time_differs(tmp_path: Path) -> N
     with workload("--cpus", str(A), "--sleepers", "1") as target, workload("--busy", "1") as hog:
         hog_before = masks(hog["pid"])
         assert set(hog_before.values()) == {BOTH}
-        stale = ((hog["pid"], stat_start(hog["pid"]) + 1),)  # a process that once had this PID
+        stale = ((hog["pid"], start_ticks(hog["pid"]) + 1),)  # a process that once had this PID
         result = pin(target["pid"], cpus(B), journal=journal, isolate=True, isolate_candidates=stale)
         assert result.ok, result.error
         assert masks(hog["pid"]) == hog_before
@@ -210,7 +211,7 @@ def test_isolate_skips_a_candidate_whose_start_time_differs(tmp_path: Path) -> N
         assert {t.role for t in journal.get(result.journal_id).threads} == {"pin"}
         assert undo(journal, target["pid"]).ok
 
-        right = ((hog["pid"], stat_start(hog["pid"])),)
+        right = ((hog["pid"], start_ticks(hog["pid"])),)
         result = pin(target["pid"], cpus(B), journal=journal, isolate=True, isolate_candidates=right)
         assert result.ok and said(result, hog["pid"]) == {("moved", "")}
         assert set(masks(hog["pid"]).values()) == {cpus(A)}
@@ -227,7 +228,7 @@ def test_the_tui_pinner_refuses_a_proposal_for_a_process_that_is_no_longer_there
         time.sleep(0.3)
         snapshot = make_snapshot(first, sampler.sample(), read_topology("/"))
         proposal = propose_pin(snapshot, pid)
-        assert proposal is not None and proposal.pid == pid and proposal.start_ticks == stat_start(pid)
+        assert proposal is not None and proposal.pid == pid and proposal.start_ticks == start_ticks(pid)
         # Pin to B, so that a pin that went through would show in the masks.
         proposal = replace(proposal, suggestion=replace(proposal.suggestion, cpus=cpus(B)))
         before = masks(pid)
@@ -289,14 +290,14 @@ def test_drift_is_raised_for_the_pinned_process_only_not_for_another_with_its_pi
         # The same journal, as if its entry were of an older process that had this PID.
         older: JournalEntry = replace(
             entry,
-            start_ticks=stat_start(pid) - 1,
+            start_ticks=start_ticks(pid) - 1,
             threads=tuple(replace(t, start_ticks=(t.start_ticks or 1) - 1) for t in entry.threads),
         )
         journal.update(older)
-        assert expected_masks(journal) == {(pid, stat_start(pid) - 1): cpus(B)}
+        assert expected_masks(journal) == {(pid, start_ticks(pid) - 1): cpus(B)}
         assert "AFFINITY_DRIFT" not in drift_codes(state, pid)
         journal.update(entry)
-        assert expected_masks(journal) == {(pid, stat_start(pid)): cpus(B)}
+        assert expected_masks(journal) == {(pid, start_ticks(pid)): cpus(B)}
         assert "AFFINITY_DRIFT" in drift_codes(state, pid)
 
 

@@ -37,10 +37,10 @@ from affmon.core.plan.visible import job_gpus, select_gpus
 from affmon.core.recording.extras import context_from_json
 from affmon.export import catalogue as m
 from affmon.sources.stream import ReplaySource
-from tests.commands.test_pin_cli import affmon, tiny_gpu_tree
-from tests.export.test_export import process, run, sample, series, thread
 from tests.helpers.dgx_a100 import BUS_IDS, dgx_a100_tree
+from tests.helpers.export import process, run, sample, series, thread
 from tests.helpers.live import usable_cpus
+from tests.helpers.pin_cli import affmon, tiny_gpu_tree
 
 HOGS = Path(__file__).parent.parent / "fixtures" / "recordings" / "hogs.jsonl.gz"
 JOB_200_DIGITS = "/user.slice/user-1000.slice/user@1000.service/slurm/job_" + "7" * 200 + "/step_0/task_0"

@@ -10,23 +10,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from affmon.collect.loop import LoopSampler, LoopWatcher
 from affmon.collect.pyframes import EXITED
 from affmon.core.model.loop import CPU_WAIT, DATA_WAIT, GPU_WAIT, ON_CPU, OTHER, LoopBreakdown, breakdown
-from tests.helpers.live import spawned
+from tests.helpers.live import loop
 
-WORKLOAD = Path(__file__).parent.parent / "helpers" / "loop_workload.py"
 WINDOW_S = 3.0
-
-
-def loop(*args: str) -> AbstractContextManager[dict[str, Any]]:
-    return spawned(WORKLOAD, *args)
 
 
 @contextmanager

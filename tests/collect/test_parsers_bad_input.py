@@ -34,7 +34,7 @@ from affmon.core.model.cpuset import MAX_CPU_ID, format_cpulist, format_cpumask,
 from affmon.core.model.samples import GpuProcess, GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
 from affmon.core.model.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
 from affmon.core.recording.format import header_line, read_recording, sample_line
-from tests.collect.test_topology_hwloc_xml import MINIMAL_V2, document, gpu_under_bridge, machine, obj, pu
+from tests.helpers.hwloc_xml import MINIMAL_V2, document, gpu_under_bridge, machine, obj, pu
 
 FAST = settings(max_examples=200, deadline=None)
 SLOW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -34,7 +34,7 @@ from affmon.collect import fs
 from affmon.collect.procfs import ProcFs, parse_status
 from affmon.collect.sysfs_topology import read_topology
 from affmon.core.errors import ParseError
-from tests.collect.test_topology_sysfs import TREES, extract_tree
+from tests.helpers.topology_trees import TREES, extract_tree
 
 REPO = Path(__file__).resolve().parent.parent.parent
 ONLINE = "sys/devices/system/cpu/online"

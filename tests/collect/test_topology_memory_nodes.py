@@ -26,7 +26,7 @@ from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.collect.sysfs_topology import read_topology
 from affmon.core.model.cpuset import parse_cpulist
 from affmon.core.model.topology import Gpu, NumaNode, Topology
-from tests.collect.test_topology_sysfs import (
+from tests.helpers.topology_trees import (
     FIXTURES,
     TREES,
     compare_cpu_side,

@@ -13,11 +13,9 @@ value is unknown and the command says why in one ``warning:`` line.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -33,7 +31,7 @@ from affmon.core.recording.format import (
     topology_from_json,
     topology_to_json,
 )
-from tests.collect.test_topology_sysfs import TREES, extract_tree
+from tests.helpers.topology_trees import TREES, extract_tree, lstopo_memory_and_distances
 
 XML_FIXTURES = Path(__file__).parent.parent / "fixtures" / "hwloc_xml"
 NODE = "sys/devices/system/node"
@@ -49,34 +47,6 @@ def affmon(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 # ----------------------------------------------------------------- hwloc's own reading
-
-
-def lstopo_memory_and_distances(root: Path) -> tuple[dict[int, int], dict[int, dict[int, int]] | None]:
-    """Each NUMANode's ``local_memory`` (nodes hwloc writes none for are left out) and
-    the NUMALatency matrix by OS index (None when hwloc has none), from hwloc 2.9."""
-    lstopo = shutil.which("lstopo-no-graphics")
-    if lstopo is None:
-        pytest.fail("lstopo-no-graphics is missing: install Debian's hwloc (tests/run does)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HWLOC_")}
-    env["HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES"] = "1"
-    argv = [lstopo, "--if", "fsroot", "-i", str(root), "--disallowed", "--whole-io", "--of", "xml", "-"]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
-    top = ET.fromstring(proc.stdout)
-    memory = {
-        int(o.get("os_index", "")): int(o.get("local_memory", ""))
-        for o in top.iter("object")
-        if o.get("type") == "NUMANode" and o.get("local_memory") is not None
-    }
-    matrix = None
-    for d in top.findall("distances2"):
-        if d.get("type") == "NUMANode" and d.get("name") == "NUMALatency":
-            assert d.get("indexing") == "os"
-            ids = [int(w) for e in d.findall("indexes") for w in (e.text or "").split()]
-            values = [int(w) for e in d.findall("u64values") for w in (e.text or "").split()]
-            assert len(values) == len(ids) ** 2
-            matrix = {a: {b: values[i * len(ids) + j] for j, b in enumerate(ids)} for i, a in enumerate(ids)}
-    return memory, matrix
 
 
 @pytest.mark.parametrize("name", sorted(TREES))

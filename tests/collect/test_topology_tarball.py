@@ -25,8 +25,7 @@ import affmon.collect.gather_tarball as gather_tarball
 from affmon.collect.gather_tarball import extracted_root
 from affmon.collect.sysfs_topology import read_topology
 from affmon.core.errors import SourceError
-from tests.collect.test_topology_numa_distances import lstopo_memory_and_distances
-from tests.collect.test_topology_sysfs import FIXTURES, TREES, extract_tree
+from tests.helpers.topology_trees import FIXTURES, TREES, extract_tree, lstopo_memory_and_distances
 
 
 def affmon(*args: str, tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:

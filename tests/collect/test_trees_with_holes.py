@@ -34,8 +34,8 @@ from affmon.collect.sysfs_topology import read_topology
 from affmon.core.errors import ParseError
 from affmon.core.model.samples import ProcessSample
 from affmon.core.model.topology import Topology
-from tests.collect.test_topology_sysfs import extract_tree
 from tests.helpers.live import workload
+from tests.helpers.topology_trees import extract_tree
 
 REPO = Path(__file__).resolve().parent.parent.parent
 THREAD_FILES = ("stat", "status", "schedstat", "sched")

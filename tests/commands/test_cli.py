@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from affmon.core.model.cpuset import parse_cpulist
-from tests.collect.test_topology_sysfs import extract_tree
 from tests.helpers.live import usable_cpus, workload
+from tests.helpers.topology_trees import extract_tree
 
 HWLOC_XML = Path(__file__).parent.parent / "fixtures" / "hwloc_xml"
 

@@ -15,6 +15,8 @@ import pytest
 
 from affmon.core.model.cpuset import parse_cpulist
 from tests.helpers.live import usable_cpus, workload
+from tests.helpers.pin_cli import affmon, tiny_gpu_tree
+from tests.helpers.proc import thread_masks
 
 HWLOC_XML = Path(__file__).parent.parent / "fixtures" / "hwloc_xml"
 
@@ -23,20 +25,6 @@ HWLOC_XML = Path(__file__).parent.parent / "fixtures" / "hwloc_xml"
 def state(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     return tmp_path / "state"
-
-
-def affmon(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "affmon", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def masks(pid: int) -> dict[int, frozenset[int]]:
-    return {int(t): frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")}
 
 
 def test_plan_json_for_an_eight_gpu_two_socket_machine():
@@ -79,26 +67,26 @@ def test_pin_then_undo_restores_every_thread_exactly(state):
     if len(cpus) < 2:
         pytest.fail("needs two CPUs (CI has two)")
     with workload("--sleepers", "3", "--sleeper-cpus", str(cpus[0])) as w:
-        before = masks(w["pid"])
+        before = thread_masks(w["pid"])
         out = affmon("pin", str(w["pid"]), "--cpus", str(cpus[1]), "--json")
         assert out.returncode == 0, out.stderr
         result = json.loads(out.stdout)
         assert result["ok"] and result["journal_id"]
         assert {t["status"] for t in result["threads"]} == {"set"}
-        assert set(masks(w["pid"]).values()) == {frozenset({cpus[1]})}
+        assert set(thread_masks(w["pid"]).values()) == {frozenset({cpus[1]})}
         assert (state / "affmon" / "journal.jsonl").exists()
         out = affmon("undo", str(w["pid"]))
         assert out.returncode == 0, out.stderr
-        assert masks(w["pid"]) == before
+        assert thread_masks(w["pid"]) == before
 
 
 def test_dry_run_changes_nothing(state):
     with workload("--sleepers", "2") as w:
-        before = masks(w["pid"])
+        before = thread_masks(w["pid"])
         out = affmon("pin", str(w["pid"]), "--cpus", str(usable_cpus()[0]), "--dry-run")
         assert out.returncode == 0, out.stderr
         assert "would set" in out.stdout
-        assert masks(w["pid"]) == before
+        assert thread_masks(w["pid"]) == before
     assert not (state / "affmon" / "journal.jsonl").exists()
 
 
@@ -108,9 +96,9 @@ def test_dry_run_changes_nothing(state):
 )
 def test_bad_cpu_lists_are_one_line_errors(state, cpus, message):
     with workload("--sleepers", "1") as w:
-        before = masks(w["pid"])
+        before = thread_masks(w["pid"])
         out = affmon("pin", str(w["pid"]), "--cpus", cpus)
-        assert masks(w["pid"]) == before
+        assert thread_masks(w["pid"]) == before
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1
     assert message in out.stderr and "Traceback" not in out.stderr
 
@@ -136,7 +124,7 @@ def test_another_users_process_without_cap_sys_nice(state):
 
 def run_pin_as_nobody(home: Path) -> None:
     with workload("--sleepers", "1") as w:
-        before = masks(w["pid"])
+        before = thread_masks(w["pid"])
         code = "import sys; from affmon.cli import main; sys.exit(main(sys.argv[1:]))"
         out = subprocess.run(
             [
@@ -158,27 +146,9 @@ def run_pin_as_nobody(home: Path) -> None:
             env={**os.environ, "XDG_STATE_HOME": str(home / "state"), "HOME": str(home)},
             cwd=Path(__file__).parent.parent.parent,
         )
-        assert masks(w["pid"]) == before
+        assert thread_masks(w["pid"]) == before
     assert out.returncode == 1, out.stderr
     assert "CAP_SYS_NICE" in out.stderr and len(out.stderr.splitlines()) == 1
-
-
-def tiny_gpu_tree(root: Path, cpus: list[int]) -> None:
-    """A recorded tree of this machine's CPUs with one NVIDIA GPU local to the last CPU."""
-    online = ",".join(map(str, cpus))
-    cpu = root / "sys/devices/system/cpu"
-    for n in cpus:
-        (cpu / f"cpu{n}").mkdir(parents=True)
-    (cpu / "online").write_text(online + "\n")
-    for n in cpus:
-        d = root / f"sys/devices/system/node/node{n}"
-        d.mkdir(parents=True)
-        (d / "cpulist").write_text(f"{n}\n")
-    gpu = root / "sys/bus/pci/devices/0000:3b:00.0"
-    gpu.mkdir(parents=True)
-    values = {"class": "0x030200", "vendor": "0x10de", "numa_node": str(cpus[-1]), "local_cpulist": str(cpus[-1])}
-    for name, value in values.items():
-        (gpu / name).write_text(value + "\n")
 
 
 def test_exec_pins_itself_to_the_plan_then_runs_the_command(tmp_path):
@@ -335,7 +305,7 @@ def test_the_undo_a_pin_suggests_runs_as_printed(state):
 
     cpus = usable_cpus()
     with workload("--cpus", ",".join(map(str, cpus)), "--sleepers", "1") as w:
-        before = masks(w["pid"])
+        before = thread_masks(w["pid"])
         out = affmon("pin", str(w["pid"]), "--cpus", str(cpus[0]))
         assert out.returncode == 0, out.stderr
         hint = re.search(r"`(affmon undo[^`]*)`", out.stdout)
@@ -343,6 +313,6 @@ def test_the_undo_a_pin_suggests_runs_as_printed(state):
         args = shlex.split(hint.group(1))[1:]
         undone = affmon(*args)
         assert undone.returncode == 0, undone.stderr
-        assert masks(w["pid"]) == before
+        assert thread_masks(w["pid"]) == before
         again = affmon(*args)  # nothing left: an outcome, not an error
         assert again.returncode == 0 and "nothing to undo" in again.stderr

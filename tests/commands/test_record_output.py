@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.sources.test_recording_privacy import affmon, one_line_error
+from tests.helpers.recording_cli import affmon, one_line_error
 
 
 def test_record_to_an_existing_device_needs_force():

@@ -15,8 +15,8 @@ import pytest
 
 from affmon.actions.journal import Journal
 from affmon.collect.procfs import PF_KTHREAD, ProcFs
-from tests.actions.test_pin import BOTH, REPO, A, B, cpus, masks
 from tests.helpers.live import workload
+from tests.helpers.pinning import BOTH, REPO, A, B, cpus, masks
 
 NOWHERE = 999999  # above this machine's pid_max (32768 here; 4194304 at most): never a process
 

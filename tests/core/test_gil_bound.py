@@ -28,7 +28,7 @@ from affmon.core.plan.need import job_need
 from affmon.core.rules.base import DEFAULT_THRESHOLDS, RuleInputs
 from affmon.core.rules.evaluate import evaluate
 from affmon.sources.live import load_topology
-from tests.core.test_sizing import Spec, machine, samples_of
+from tests.helpers.sizing import Spec, machine, samples_of
 
 SPINNING = """
 import json, os, sys, threading, time

@@ -14,7 +14,7 @@ from affmon.core.model.loop import LoopWindow
 from affmon.core.recording.format import parse_sample_line, sample_line
 from affmon.core.recording.loop import window_from_json, window_to_json
 from affmon.core.rules import tick
-from tests.core.test_loop_report import RANK, input_window, samples, windows_st
+from tests.helpers.loop_windows import RANK, input_window, samples, windows_st
 from tests.helpers.recordings import load
 
 

@@ -16,59 +16,23 @@ from hypothesis import strategies as st
 from affmon.commands.diagnose import diagnose_run, findings_text, loops_text
 from affmon.commands.report import snapshot_json, snapshot_text
 from affmon.core.model.loop import (
-    DATA_WAIT,
     GPU_WAIT,
     OTHER,
     RUNNING,
     SHARES,
-    UNKNOWN,
     LoopWindow,
-    WorkerStats,
     merge_windows,
 )
 from affmon.core.model.samples import Sample
 from affmon.core.rules import tick
 from affmon.core.rules.base import DEFAULT_THRESHOLDS, Severity
 from affmon.core.rules.loop_report import combined_reports, loop_targets
+from tests.helpers.loop_windows import RANK, input_window, samples, windows_st
 from tests.helpers.recordings import load
-
-RANK = 415  # on GPU 0 in the "clean" recording; 475-478 are its workers
-
-
-def input_window(seconds: float = 1.0, readable: bool = True) -> LoopWindow:
-    """A loop 10% on a CPU, the rest blocked, on a worker's pipe at every probe that found it blocked."""
-    probes = {RUNNING: 2, DATA_WAIT: 18} if readable else {UNKNOWN: 20}
-    return LoopWindow(
-        RANK,
-        RANK,
-        seconds,
-        run_ns=int(0.1 * seconds * 1e9),
-        wait_ns=0,
-        probes=probes,
-        syscall_readable=readable,
-        workers=WorkerStats(4, int(0.4 * seconds * 1e9), 0, 8, 6.0),
-        rate_hz=20.0,
-    )
 
 
 def gpu_bound_window(seconds: float = 1.0) -> LoopWindow:
     return dataclasses.replace(input_window(seconds), probes={RUNNING: 2, GPU_WAIT: 18})
-
-
-def samples(windows: list[LoopWindow | None], util: list[int | None], gpu: bool = True) -> list[Sample]:
-    """One sample more than ``windows``: sample i+1 closes the interval of window i, with GPU
-    0 at ``util[i]`` percent. ``gpu`` False: the rank on no GPU (a machine without NVML)."""
-    _, recorded = load("clean")
-    base = recorded[0]
-    out = []
-    for i, (window, percent) in enumerate(zip([None, *windows], [None, *util], strict=True)):
-        processes = tuple(
-            dataclasses.replace(p, loop=window if p.pid == RANK else None, gpu_indices=p.gpu_indices if gpu else ())
-            for p in base.processes
-        )
-        gpus = tuple(dataclasses.replace(g, util_percent=percent) for g in base.gpus) if gpu else ()
-        out.append(dataclasses.replace(base, monotonic_s=base.monotonic_s + i, processes=processes, gpus=gpus))
-    return out
 
 
 def run(sequence: list[Sample]) -> list[tick.Tick]:
@@ -188,30 +152,6 @@ def test_combined_reports_weigh_the_gpu_busy_share_by_interval_length() -> None:
     states = run(samples(windows, [10, 50]))
     merged = combined_reports([s.loops for s in states if s.closed])[RANK]
     assert merged.breakdown is not None and merged.breakdown.gpu_busy == pytest.approx((0.1 * 1 + 0.5 * 3) / 4)
-
-
-windows_st = st.builds(
-    LoopWindow,
-    pid=st.just(RANK),
-    tid=st.just(RANK),
-    seconds=st.floats(0.01, 10),
-    run_ns=st.one_of(st.none(), st.integers(0, 10**10)),
-    wait_ns=st.one_of(st.none(), st.integers(0, 10**10)),
-    probes=st.dictionaries(st.sampled_from([RUNNING, UNKNOWN, DATA_WAIT, GPU_WAIT, OTHER]), st.integers(0, 400)),
-    syscall_readable=st.booleans(),
-    workers=st.one_of(
-        st.none(),
-        st.builds(
-            WorkerStats,
-            st.integers(0, 16),
-            st.integers(0, 10**10),
-            st.integers(0, 10**10),
-            st.integers(0, 64),
-            st.one_of(st.none(), st.floats(0, 64)),
-        ),
-    ),
-    rate_hz=st.just(20.0),
-)
 
 
 @given(st.lists(windows_st, min_size=1, max_size=6))

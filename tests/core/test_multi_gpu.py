@@ -22,7 +22,7 @@ from affmon.core.plan.planner import plan_machine
 from affmon.core.recording.format import read_recording
 from affmon.core.rules.base import RuleInputs, Severity
 from affmon.core.rules.evaluate import FindingTracker, evaluate
-from tests.collect.test_topology_sysfs import (
+from tests.helpers.topology_trees import (
     FIXTURES,
     TREES,
     HwlocView,

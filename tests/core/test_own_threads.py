@@ -16,7 +16,7 @@ from affmon.core.rules.base import RuleInputs
 from affmon.core.rules.evaluate import evaluate, reconciled
 from affmon.core.rules.loop import evaluate_loop, suggested_workers, verdict
 from affmon.core.rules.threads import thread_budget
-from tests.core.test_sizing import Spec, machine, recording, samples_of, snaps
+from tests.helpers.sizing import Spec, machine, recording, samples_of, snaps
 
 ALL2 = frozenset({0, 1})
 CPU0 = frozenset({0})

@@ -21,19 +21,15 @@ from hypothesis import strategies as st
 
 from affmon.collect.hwloc_xml import read_hwloc_xml
 from affmon.collect.sysfs_topology import read_topology
-from affmon.core.model.cpuset import CpuSet, parse_cpulist
-from affmon.core.model.topology import CacheGroup, Core, Gpu, NumaNode, Package, Topology
+from affmon.core.model.cpuset import CpuSet
+from affmon.core.model.topology import Gpu, Topology
 from affmon.core.plan.l3_shares import rank_shares
-from affmon.core.plan.planner import DEMAND_HEADROOM, MachinePlan, Occupant, RankPlan, Suggestion, plan_machine, suggest
-from tests.collect.test_topology_sysfs import TREES, extract_tree
+from affmon.core.plan.planner import DEMAND_HEADROOM, MachinePlan, RankPlan, plan_machine, suggest
+from tests.helpers.planning import G4, IDLE_PEERS, NODE0_GPUS, XML_DIR, cpus, hog, peer, small_machine, suggest_g4, xml
+from tests.helpers.topology_trees import TREES, extract_tree
 
-XML_DIR = Path(__file__).parent.parent / "fixtures" / "hwloc_xml"
 XML_FILES = sorted(p.name for p in XML_DIR.glob("*.xml"))
 ALL_TOPOLOGIES = [f"xml:{name}" for name in XML_FILES] + [f"sysfs:{name}" for name in TREES]
-
-
-def cpus(text: str) -> CpuSet:
-    return parse_cpulist(text)
 
 
 @pytest.fixture(scope="module")
@@ -52,10 +48,6 @@ def load(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Topology]:
         return read[key]
 
     return get
-
-
-def xml(name: str) -> Topology:
-    return read_hwloc_xml(str(XML_DIR / name))
 
 
 def by_gpu(plan: MachinePlan) -> dict[tuple[str | None, int], RankPlan]:
@@ -341,26 +333,6 @@ def test_gpu_numa_nodes_tree_with_unknown_node_but_known_local_cpus(load: Callab
     assert all(p.cpus == cpus("0-15") for p in machine.plans)  # 6 ranks, 4 cores: shared
 
 
-def small_machine(
-    *, nodes: dict[int, str], smt: int, gpus: list[Gpu], allowed: str | None = None, l3: list[str] | None = None
-) -> Topology:
-    """A hand-built machine: ``smt`` siblings per core, numbered like Linux (0..n-1 then n..)."""
-    node_cpus = {n: cpus(text) for n, text in nodes.items()}
-    online = frozenset().union(*node_cpus.values())
-    n_cores = len(online) // smt
-    cores = [Core(0, frozenset(c + k * n_cores for k in range(smt))) for c in range(n_cores)]
-    return Topology.build(
-        source="test",
-        online_cpus=online,
-        allowed_cpus=online if allowed is None else cpus(allowed),
-        numa_nodes=[NumaNode(n, c) for n, c in node_cpus.items()],
-        packages=[Package(0, online)],
-        cores=cores,
-        l3_groups=[CacheGroup(3, cpus(t)) for t in (l3 or [])],
-        gpus=gpus,
-    )
-
-
 @pytest.mark.parametrize("local", [None, "0-15"])
 def test_unknown_locality_is_warned_and_never_guessed_as_node_0(local: str | None) -> None:
     # Like the 4-socket R910 tree: numa_node -1, local_cpulist the whole machine.
@@ -472,39 +444,6 @@ def test_no_gpu_means_no_plan_and_a_warning() -> None:
 
 # --------------------------------------------------------------------------------------
 # suggest
-
-G4 = "mpibind-xml__g4dnmetal.xml"
-NODE0_GPUS = ("0000:18:00.0", "0000:19:00.0", "0000:35:00.0", "0000:36:00.0")
-
-
-def peer(pid: int, gpu: str, busy: str = "", pinned: str | None = None, percent: float = 0.0) -> Occupant:
-    return Occupant(pid, "python", cpus(busy), percent, True, (gpu,), None if pinned is None else cpus(pinned))
-
-
-def hog(pid: int, where: str, percent: float = 100.0) -> Occupant:
-    return Occupant(pid, "stress", cpus(where), percent, False)
-
-
-IDLE_PEERS = [peer(101, NODE0_GPUS[0]), peer(102, NODE0_GPUS[1]), peer(104, NODE0_GPUS[3])]
-
-
-def suggest_g4(
-    *,
-    gpu_bus_ids: tuple[str, ...] = (NODE0_GPUS[2],),
-    allowed_cpus: CpuSet | None = None,
-    current_cpus: CpuSet = frozenset(),
-    demand_cpus: float = 4.0,
-    others: Sequence[Occupant] = (),
-) -> Suggestion:
-    """``suggest`` for the rank of g4dnmetal's GPU 2 (node 0, 24 cores with 2 threads each)."""
-    return suggest(
-        xml(G4),
-        gpu_bus_ids=gpu_bus_ids,
-        allowed_cpus=allowed_cpus,
-        current_cpus=current_cpus,
-        demand_cpus=demand_cpus,
-        others=others,
-    )
 
 
 def test_a_lone_rank_gets_its_whole_node() -> None:

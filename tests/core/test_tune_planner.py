@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from affmon.core.plan.planner import MOVE_OFF_MIN_CPU_PERCENT, Occupant, suggest
 from affmon.core.rules.base import DEFAULT_THRESHOLDS
-from tests.core.test_planner import G4, IDLE_PEERS, cpus, hog, small_machine, suggest_g4, xml
+from tests.helpers.planning import G4, IDLE_PEERS, cpus, hog, small_machine, suggest_g4, xml
 
 
 def test_a_measured_need_sizes_the_window_instead_of_demand_times_headroom():

@@ -6,7 +6,6 @@ errors, and the Grafana dashboard against what the exporter serves."""
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import pwd
@@ -18,86 +17,48 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from affmon.collect.sampler import Sampler, Selection
 from affmon.commands.export import listen_address
-from affmon.core.model.samples import GpuSample, PcieLink, ProcessSample, Sample, ThreadSample
-from affmon.core.model.topology import NumaNode, Topology
-from affmon.core.recording.format import read_recording
+from affmon.core.model.samples import GpuSample, PcieLink, Sample
 from affmon.export import catalogue as m
 from affmon.export.catalogue import CATALOGUE
-from affmon.export.collector import StateCollector
 from affmon.export.families import Family, families
 from affmon.export.service import Exporter
 from affmon.export.state import ExportState, step
 from affmon.sources.live import load_topology
+from tests.helpers.export import (
+    DASHBOARD,
+    DOCS,
+    REPO,
+    affmon,
+    dashboard_queries,
+    exposition,
+    fetch,
+    metric_names,
+    one_line_error,
+    parsed,
+    process,
+    recorded,
+    run,
+    sample,
+    series,
+    serving,
+    thread,
+    topology,
+    wait_for,
+)
 from tests.helpers.live import usable_cpus, workload
 
-REPO = Path(__file__).parent.parent.parent
-DASHBOARD = REPO / "contrib" / "grafana" / "affmon.json"
-DOCS = REPO / "docs" / "export.md"
-RECORDINGS = Path(__file__).parent.parent / "fixtures" / "recordings"
 SPECS = {s.name: s for s in CATALOGUE}
 
 
 # -- hand-made samples --------------------------------------------------------------------
-
-
-def topology() -> Topology:
-    return Topology.build(
-        source="sysfs",
-        online_cpus=range(4),
-        allowed_cpus=range(4),
-        numa_nodes=[NumaNode(0, frozenset({0, 1})), NumaNode(1, frozenset({2, 3}))],
-        packages=[],
-        cores=[],
-        l3_groups=[],
-        gpus=[],
-    )
-
-
-def thread(
-    tid: int, cpu_ms: int, wait_ms: int = 0, *, start: int = 1, invol: int = 0, mig: int | None = 0
-) -> ThreadSample:
-    return ThreadSample(
-        tid=tid,
-        start_ticks=start,
-        name=f"t{tid}",
-        state="R",
-        psr=2,
-        flags=0,
-        cpu_ns=cpu_ms * 1_000_000,
-        wait_ns=wait_ms * 1_000_000,
-        timeslices=1,
-        voluntary_switches=1,
-        involuntary_switches=invol,
-        migrations=mig,
-        allowed_cpus=frozenset({2}),
-    )
-
-
-def process(pid: int, *threads: ThreadSample, start: int = 100) -> ProcessSample:
-    return ProcessSample(
-        pid=pid,
-        start_ticks=start,
-        ppid=1,
-        name="python3",
-        uid=0,
-        user="root",
-        cmdline="python3 train.py",
-        mems_allowed=frozenset({0, 1}),
-        cgroup_cpus=None,
-        threads=threads,
-        training=True,
-    )
 
 
 def gpu(*, rx_rate=None, rx_total=None, lost=False) -> GpuSample:
@@ -121,22 +82,6 @@ def gpu(*, rx_rate=None, rx_total=None, lost=False) -> GpuSample:
         processes=(),
         lost=lost,
     )
-
-
-def sample(t: float, *processes: ProcessSample, gpus: tuple[GpuSample, ...] = ()) -> Sample:
-    return Sample(monotonic_s=t, wall_time_s=1.8e9 + t, duration_s=0.01, processes=processes, gpus=gpus)
-
-
-def run(*samples: Sample, topo: Topology | None = None) -> ExportState:
-    state = ExportState()
-    for s in samples:
-        state = step(state, s, topo or topology(), exporter_cpu_s=0.5)
-    return state
-
-
-def series(state: ExportState, name: str, threads: bool = False) -> dict[tuple[str, ...], float]:
-    (family,) = [f for f in families(state, threads=threads) if f.name == name]
-    return dict(family.series)
 
 
 def labelled(fam: Family, **labels: str) -> list[float]:
@@ -293,28 +238,6 @@ def test_the_pure_part_imports_no_system_http_or_nvml_module():
 # -- a recorded H200 job (narrow mask): the same findings as diagnose, GPU series ---------------
 
 
-def recorded(name: str) -> tuple[Topology, list[Sample]]:
-    with gzip.open(RECORDINGS / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
-        header, samples = read_recording(f, name)
-        return header.topology, list(samples)
-
-
-def exposition(state: ExportState, threads: bool = False) -> str:
-    """What the HTTP endpoint would send, formatted by prometheus-client itself."""
-    registry = CollectorRegistry()
-    registry.register(StateCollector(lambda: state, threads=threads))
-    return generate_latest(registry).decode()
-
-
-def parsed(text: str) -> dict[str, tuple[str, list]]:
-    """Sample name -> (family type, samples)."""
-    out: dict[str, tuple[str, list]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, (fam.type, []))[1].append(s)
-    return out
-
-
 @pytest.fixture(scope="module")
 def narrow_state() -> ExportState:
     topo, samples = recorded("narrow")
@@ -385,30 +308,6 @@ def test_recorded_job_as_exposition_types_labels_and_gpu(narrow_state):
 
 
 # -- live: a spawned process with a known mask, over HTTP --------------------------------------
-
-
-def wait_for(what: Callable[[], object], timeout_s: float, message: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not what():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout_s} s: {message}")
-        time.sleep(0.05)
-
-
-def fetch(url: str, timeout_s: float = 5.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:
-        return response.read().decode()
-
-
-@contextmanager
-def serving(sample: Callable[[], Sample], topo: Topology, **options) -> Iterator[tuple[Exporter, str]]:
-    exporter = Exporter(sample, topo, **options)
-    host, port = exporter.listen("127.0.0.1", 0)
-    exporter.start()
-    try:
-        yield exporter, f"http://{host}:{port}/metrics"
-    finally:
-        exporter.stop()
 
 
 def codes(exporter: Exporter) -> set[str]:
@@ -513,21 +412,6 @@ def test_a_failing_sample_is_counted_and_the_last_state_stays():
 
 # -- the command line ----------------------------------------------------------------------------
 
-# Runs `affmon export ...` as a user does.
-
-
-def affmon(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "affmon", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
-
-
-def one_line_error(out: subprocess.CompletedProcess[str]) -> str:
-    assert out.returncode == 2, out.stderr
-    assert out.stderr.startswith("affmon: ") and out.stderr.count("\n") == 1, out.stderr
-    assert "Traceback" not in out.stderr
-    return out.stderr
-
 
 @pytest.mark.parametrize(
     "listen",
@@ -593,28 +477,6 @@ def test_the_command_serves_on_loopback_and_stops_on_sigterm():
 
 
 # -- the dashboard --------------------------------------------------------------------------
-
-
-def dashboard_queries() -> list[str]:
-    """Every PromQL expression (panels, nested in collapsed rows too) and variable query."""
-    found: list[str] = []
-
-    def walk(node: object) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key in ("expr", "definition") and isinstance(value, str):
-                    found.append(value)
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(json.loads(DASHBOARD.read_text()))
-    return found
-
-
-def metric_names(expr: str) -> set[str]:
-    return set(re.findall(r"\baffmon_[a-z0-9_]+", expr))
 
 
 def test_every_metric_the_dashboard_queries_is_served(narrow_state):

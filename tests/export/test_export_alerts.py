@@ -26,9 +26,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from affmon.core.rules.base import Finding, Severity
 from affmon.export.state import ExportState
-from tests.export.test_export import exposition, recorded, run
-from tests.export.test_export_prometheus import binary
-from tests.export.test_export_series import state as placed_state
+from tests.helpers.export import exposition, recorded, run
+from tests.helpers.export import state as placed_state
+from tests.helpers.prom import binary
 
 RULES = Path(__file__).resolve().parent.parent.parent / "contrib" / "prometheus" / "affmon-rules.yml"
 GPU_CODES = {"GPU_STARVED", "PCIE_DEGRADED", "CROSS_NUMA"}

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from affmon.export.scale import NodeShape, series_per_node
-from tests.export.test_export import REPO, wait_for
+from tests.helpers.export import REPO, wait_for
 from tests.helpers.prom import FLEET, api, query, replaying_exporters, running, scrape_config, shared_port
 
 RULES = REPO / "contrib" / "prometheus" / "affmon-rules.yml"

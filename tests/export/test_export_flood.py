@@ -17,8 +17,7 @@ from affmon.export.server import PIPELINED_LIMIT, MetricsServer
 from affmon.export.service import Exporter
 from affmon.export.state import ExportState
 from bench.attacks.export_flood import TEXT_ACCEPTS, fetch_raw, read_answer, shape_flood
-from tests.export.test_export import process, run, sample, thread, topology
-from tests.export.test_export_network import wait_for
+from tests.helpers.export import process, run, sample, thread, topology, wait_for
 
 THREADS = 1500  # a --threads body of about 1.1 MB: formatting it takes 0.1 to 0.2 s of CPU
 SCRAPE_EVERY_S = 0.5

@@ -46,17 +46,9 @@ from bench.attacks.export_flood import (
     rss_bytes,
     scrape,
 )
-from tests.export.test_export import process, run, sample, thread, topology
+from tests.helpers.export import process, run, sample, thread, topology, wait_for
 
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-
-
-def wait_for(what: Callable[[], object], timeout_s: float, message: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not what():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout_s} s: {message}")
-        time.sleep(0.05)
 
 
 def counter(url: str, name: str, timeout_s: float = 10.0) -> float:

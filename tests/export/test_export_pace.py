@@ -11,7 +11,7 @@ import pytest
 
 from affmon.core.model.samples import Sample
 from affmon.export.pace import GONE_AFTER_GAPS, MAX_INTERVAL_S, Pace
-from tests.export.test_export import fetch, serving, topology
+from tests.helpers.export import fetch, serving, topology
 from tests.helpers.recordings import load
 
 

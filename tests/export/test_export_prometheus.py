@@ -19,7 +19,7 @@ from typing import Any
 
 from affmon.collect.sampler import Sampler, Selection
 from affmon.sources.live import load_topology
-from tests.export.test_export import dashboard_queries, exposition, recorded, run, serving, wait_for
+from tests.helpers.export import dashboard_queries, exposition, recorded, run, serving, wait_for
 from tests.helpers.live import usable_cpus, workload
 from tests.helpers.prom import binary, query, running, scrape_config
 

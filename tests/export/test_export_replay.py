@@ -16,14 +16,19 @@ import pytest
 
 from affmon.export.replay import ReplayFeed, check
 from affmon.export.service import Exporter
-from tests.export.test_export import REPO, affmon, exposition, fetch, one_line_error, parsed, wait_for
+from tests.helpers.export import (
+    RECORDINGS,
+    REPO,
+    affmon,
+    exposition,
+    fetch,
+    hogs_feed,
+    one_line_error,
+    parsed,
+    wait_for,
+)
 
-RECORDINGS = REPO / "tests" / "fixtures" / "recordings"
 LOOPBACK = "127.0.0.1:0"
-
-
-def hogs_feed(**options) -> ReplayFeed:
-    return ReplayFeed(str(RECORDINGS / "hogs.jsonl.gz"), **options)
 
 
 def exporter_of(feed: ReplayFeed) -> Exporter:

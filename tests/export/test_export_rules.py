@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.export.test_export_prometheus import binary
+from tests.helpers.prom import binary
 
 RULES = Path(__file__).resolve().parent.parent.parent / "contrib" / "prometheus"
 

@@ -17,7 +17,7 @@ from affmon.export.catalogue import CATALOGUE
 from affmon.export.collector import StateCollector
 from affmon.export.service import Exporter
 from affmon.export.state import ExportState
-from tests.export.test_export import exposition, process, recorded, run, sample, thread, topology
+from tests.helpers.export import exposition, process, recorded, run, sample, thread, topology
 
 
 def test_a_tick_reads_the_exporters_own_process_and_serves_it():

@@ -7,17 +7,10 @@ loop probed), a DataLoader worker (placed, pages on one node) and a process noth
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
-from affmon.core.model.context import Context
-from affmon.core.model.loop import LoopBreakdown
-from affmon.core.model.samples import NodeMemory
-from affmon.core.rules.loop_report import LoopReport
 from affmon.export.families import families
 from affmon.export.state import ExportState
-from tests.export.test_export import DOCS, recorded, run
-
-SHARES = {"on_cpu": 0.1, "cpu_wait": 0.05, "data_wait": 0.6, "gpu_wait": 0.2, "other": 0.05}
+from tests.helpers.export import DOCS, state
 
 
 def fleet_table() -> dict[str, int]:
@@ -25,28 +18,6 @@ def fleet_table() -> dict[str, int]:
     text = DOCS.read_text()
     rows = dict(re.findall(r"^\| (always|placed|pages|loop|thread)\b[^|]*\| (\d+) ", text, re.MULTILINE))
     return {k: int(v) for k, v in rows.items()}
-
-
-def state() -> tuple[ExportState, int, int, int]:
-    topo, samples = recorded("narrow")
-    base = run(*samples, topo=topo)
-    snap = base.snapshot
-    assert snap is not None
-    watched = [p for p in snap.processes if p.sample.watched and not p.sample.kernel]
-    rank = next(p for p in watched if p.sample.gpu_indices)
-    worker, plain = [p for p in watched if p is not rank][:2]
-    placed = Context(scheduler="slurm", slurm_job_id="4242", slurm_step="0", local_rank=0)
-    changed = {
-        rank.sample.pid: replace(rank.sample, context=placed, memory=NodeMemory({0: 1 << 30, 1: 1 << 20}, {}, 3)),
-        worker.sample.pid: replace(worker.sample, context=placed, memory=NodeMemory({0: 1 << 20}, {}, 1)),
-        plain.sample.pid: replace(plain.sample, context=Context(from_environ=True), memory=None),
-    }
-    processes = tuple(replace(p, sample=changed.get(p.sample.pid, p.sample)) for p in snap.processes)
-    breakdown = LoopBreakdown(rank.sample.pid, rank.sample.pid, 1.0, SHARES, 0.3, True, 0.0, 20)
-    report = LoopReport(rank.sample.pid, rank.sample.name, None, breakdown, "input", "", None)  # type: ignore[arg-type]
-    loops = {rank.sample.pid: report}
-    done = replace(base, snapshot=replace(snap, processes=processes), loops=loops, findings=())
-    return done, rank.sample.pid, worker.sample.pid, plain.sample.pid
 
 
 def per_pid(st: ExportState, pid: int, *, threads: bool = False) -> dict[str, int]:

@@ -19,7 +19,7 @@ from affmon.export.families import families
 from affmon.export.render import Renderer
 from affmon.export.state import ExportState
 from bench.attacks.export_flood import affmon_export, exporter, many_threads, scrape
-from tests.export.test_export import parsed, process, run, sample, thread
+from tests.helpers.export import parsed, process, run, sample, thread
 
 THREAD_FAMILIES = [s.name for s in CATALOGUE if s.per_thread and "pid" in s.labels]
 LEFT_OUT = "affmon_export_threads_left_out"

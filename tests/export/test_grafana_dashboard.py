@@ -37,7 +37,7 @@ from affmon.collect.sampler import Sampler, Selection
 from affmon.core.model.samples import Sample
 from affmon.export.catalogue import CATALOGUE
 from affmon.sources.live import load_topology
-from tests.export.test_export import DASHBOARD, dashboard_queries, metric_names, recorded, run, serving, wait_for
+from tests.helpers.export import DASHBOARD, dashboard_queries, metric_names, recorded, run, serving, wait_for
 from tests.helpers.live import usable_cpus, workload
 from tests.helpers.prom import api, free_port, query, running
 

@@ -26,8 +26,7 @@ from affmon.export.scale import (
     series_per_node,
     training_node,
 )
-from tests.export.test_export import REPO, run
-from tests.export.test_export_replay import hogs_feed
+from tests.helpers.export import REPO, hogs_feed, run
 
 DOCS = (REPO / "docs" / "export.md").read_text()
 

@@ -7,7 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 WORKLOAD = Path(__file__).parent.parent / "helpers" / "workload.py"
+LOOP_WORKLOAD = Path(__file__).parent.parent / "helpers" / "loop_workload.py"
 
 
 @contextmanager
@@ -36,6 +39,11 @@ def spawned(script: Path, *args: str) -> Iterator[dict[str, Any]]:
 def workload(*args: str) -> AbstractContextManager[dict[str, Any]]:
     """Start ``workload.py`` with ``args``; yield its JSON line; kill it and its children."""
     return spawned(WORKLOAD, *args)
+
+
+def loop(*args: str) -> AbstractContextManager[dict[str, Any]]:
+    """Start ``loop_workload.py`` with ``args``; yield its JSON line; kill it and its children."""
+    return spawned(LOOP_WORKLOAD, *args)
 
 
 def usable_cpus() -> list[int]:
@@ -87,12 +95,27 @@ needs_namespace = pytest.mark.skipif(
 )
 
 
-def run_in_namespace(script: str, scenario: str) -> dict[str, Any]:
-    """``script SCENARIO`` run in a private PID namespace; its last stdout line, JSON."""
-    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, script, scenario]
+def run_in_namespace(script: str, scenario: str, *args: str) -> dict[str, Any]:
+    """``script SCENARIO [ARGS...]`` run in a private PID namespace; its last stdout line, JSON."""
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, script, scenario, *args]
     out = subprocess.run(
         argv, cwd=Path(__file__).resolve().parent.parent.parent, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-3000:]
     got: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
     return got
+
+
+def scenario_main(scenarios: Iterable[Callable[..., dict[str, Any]]]) -> int:
+    """The ``main`` of a scenario script, run inside the namespace as ``script SCENARIO
+    [PATH...]``: the scenario function of that name is called with a temporary state
+    directory and each ``PATH`` as a ``Path``; what it returns is printed as one JSON line,
+    with the seconds it took."""
+    by_name = {f.__name__: f for f in scenarios}
+    scenario, *paths = sys.argv[1:]
+    with tempfile.TemporaryDirectory() as state:
+        started = time.monotonic()
+        got = by_name[scenario](Path(state), *map(Path, paths))
+        got["seconds"] = round(time.monotonic() - started, 2)
+    print(json.dumps(got))
+    return 0

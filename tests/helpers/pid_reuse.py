@@ -41,6 +41,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(REPO))  # run as a script: the repository's tests package
+
+from tests.helpers.proc import start_ticks, thread_masks  # noqa: E402
+
 WORKLOAD = Path(__file__).resolve().parent.parent / "helpers" / "workload.py"
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
 T = TypeVar("T")
@@ -65,19 +69,8 @@ def step(text: str) -> None:
 
 
 def masks(pid: int) -> dict[int, frozenset[int]]:
-    found = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            found[int(tid)] = frozenset(os.sched_getaffinity(int(tid)))
-        except ProcessLookupError:
-            continue
-    return found
-
-
-def start_ticks(pid: int, tid: int | None = None) -> int:
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    with open(path) as f:
-        return int(f.read().rpartition(")")[2].split()[19])  # field 22
+    """tid -> the mask of every thread of ``pid`` still alive."""
+    return thread_masks(pid, skip_exited=True)
 
 
 def uptime_ticks() -> int:

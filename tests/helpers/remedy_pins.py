@@ -23,6 +23,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(REPO))  # run as a script: the repository's tests package
+
+from tests.helpers.proc import thread_masks  # noqa: E402
+
 WORKLOAD = Path(__file__).parent.parent / "helpers" / "remedy_workload.py"
 
 
@@ -33,14 +37,8 @@ def affmon(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def masks(pids: list[int]) -> dict[str, list[int]]:
-    found = {}
-    for pid in pids:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                found[tid] = sorted(os.sched_getaffinity(int(tid)))
-            except OSError:
-                continue
-    return found
+    """tid -> its mask (sorted), as JSON keeps them, for every thread of ``pids`` still alive."""
+    return {str(tid): sorted(m) for tid, m in thread_masks(*pids, skip_exited=True).items()}
 
 
 def journal_entries() -> int:

@@ -35,6 +35,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(REPO))  # run as a script: the repository's tests package
+
+from tests.helpers.proc import thread_masks  # noqa: E402
+
 WORKLOAD = Path(__file__).parent.parent / "helpers" / "workload.py"
 TUNE = ["--no-isolate", "--settle", "1", "--window", "2", "--interval", "0.3"]
 
@@ -45,18 +49,8 @@ def affmon(*args: str) -> dict[str, Any]:
 
 
 def masks(pids: list[int]) -> dict[str, list[int]]:
-    found = {}
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                found[tid] = sorted(os.sched_getaffinity(int(tid)))
-            except OSError:
-                continue
-    return found
+    """tid -> its mask (sorted), as JSON keeps them, for every thread of ``pids`` still alive."""
+    return {str(tid): sorted(m) for tid, m in thread_masks(*pids, skip_exited=True).items()}
 
 
 def start_tune(pid: int) -> subprocess.Popen[str]:

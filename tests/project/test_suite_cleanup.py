@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.export.test_export import REPO
+from tests.helpers.export import REPO
 
 STARTS = """
 import os, subprocess, sys, time

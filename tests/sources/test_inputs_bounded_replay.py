@@ -22,7 +22,7 @@ from affmon.core.recording.format import (
     parse_sample_line,
 )
 from affmon.sources.stream import ReplaySource
-from tests.sources.test_recording_privacy import affmon, one_line_error
+from tests.helpers.recording_cli import affmon, one_line_error
 
 HOGS = Path(__file__).parent.parent / "fixtures" / "recordings" / "hogs.jsonl.gz"
 

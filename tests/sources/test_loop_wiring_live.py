@@ -21,8 +21,7 @@ from affmon.core.model.loop import CPU_WAIT, DATA_WAIT, SHARES
 from affmon.core.recording.format import read_recording
 from affmon.core.rules import tick
 from affmon.sources.stream import LiveSource
-from tests.collect.test_loop_live import loop
-from tests.helpers.live import workload
+from tests.helpers.live import loop, workload
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

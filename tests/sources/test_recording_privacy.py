@@ -23,22 +23,12 @@ import pytest
 from affmon.commands.tui import demo_recording
 from affmon.core.recording.format import private_sample, read_recording
 from affmon.sources.stream import ReplaySource
+from tests.helpers.recording_cli import affmon, one_line_error
 
 SHIPPED = [
     Path(demo_recording()),
     *sorted((Path(__file__).parent.parent / "fixtures" / "recordings").glob("*.jsonl.gz")),
 ]
-
-
-def affmon(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "affmon", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def one_line_error(out: subprocess.CompletedProcess[str]) -> str:
-    assert out.returncode == 2, (out.returncode, out.stderr)
-    lines = out.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("affmon: "), out.stderr
-    return lines[0]
 
 
 @contextmanager

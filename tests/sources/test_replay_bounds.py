@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from affmon.core.errors import ParseError
 from affmon.core.recording.lines import split_lines
 from affmon.sources.stream import ReplaySource
-from tests.sources.test_recording_privacy import affmon, one_line_error
+from tests.helpers.recording_cli import affmon, one_line_error
 
 HOGS = Path(__file__).parent.parent / "fixtures" / "recordings" / "hogs.jsonl.gz"
 

@@ -148,3 +148,16 @@ async def play(pilot: Pilot[None]) -> None:
     while not app.source.exhausted:
         await step(app, pilot)
     await pilot.pause()
+
+
+def is_active(ch: str) -> bool:
+    """What a terminal acts on, written out here independently of affmon's table."""
+    o = ord(ch)
+    return (
+        o < 0x20
+        or 0x7F <= o < 0xA0
+        or o in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029)
+        or 0x202A <= o <= 0x202E
+        or 0x2066 <= o <= 0x2069
+        or 0xD800 <= o <= 0xDFFF
+    )

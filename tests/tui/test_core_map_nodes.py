@@ -25,8 +25,8 @@ from affmon.tui.app import AffmonApp
 from affmon.tui.model.views import core_groups
 from affmon.tui.palette import Palette
 from affmon.tui.widgets.cores import CoreMap, core_map_text, node_summary
-from tests.collect.test_topology_sysfs import extract_tree
 from tests.helpers.recordings import load
+from tests.helpers.topology_trees import extract_tree
 from tests.tui.helpers import FakePinner, ListSource, play
 
 PALETTE = Palette("red", "yellow", "green", "cyan", "grey", "dim", "white", ("blue",))

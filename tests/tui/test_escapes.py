@@ -17,8 +17,7 @@ from affmon.sources.stream import ReplaySource
 from affmon.tui.app import AffmonApp
 from affmon.tui.screens import PinScreen
 from tests.helpers.recordings import RECORDINGS
-from tests.tui.helpers import FakePinner, play
-from tests.tui.test_terminal_escapes import is_active
+from tests.tui.helpers import FakePinner, is_active, play
 
 SIZE = (160, 48)
 TITLE = "\x1b]0;PWNED\x07"

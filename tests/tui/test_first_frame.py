@@ -48,7 +48,7 @@ from affmon.tui.model.views import View
 from affmon.tui.textual_fast import SWITCH
 from bench.cost.first_frame_parts import spied
 from tests.helpers.recordings import RECORDINGS, load, monitor
-from tests.tui.test_terminal_escapes import is_active
+from tests.tui.helpers import is_active
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 JOB = 608  # the ResNet job of hogs.jsonl.gz (the escapes test's crafted recording uses it too)

@@ -32,7 +32,7 @@ import time
 
 import pytest
 
-from tests.export.test_export import REPO
+from tests.helpers.export import REPO
 from tests.helpers.pty_read import read_pty
 
 DEADLINE_S = 20.0  # a loaded two-core machine takes seconds to start the monitor

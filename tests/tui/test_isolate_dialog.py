@@ -23,8 +23,8 @@ from affmon.core.plan.advice import occupants, propose_pin, self_pinned_threads
 from affmon.core.plan.planner import Occupant
 from affmon.tui.palette import Palette
 from affmon.tui.screens import proposal_text
-from tests.actions.test_pin import BOTH, A, B
 from tests.helpers.live import workload
+from tests.helpers.pinning import BOTH, A, B
 
 P = Palette("red", "yellow", "green", "cyan", "grey", "dim", "white", ("blue",))
 

@@ -16,7 +16,7 @@ from affmon.tui.model.monitor import Monitor
 from affmon.tui.palette import Palette
 from affmon.tui.screens import proposal_text
 from affmon.tui.widgets.cores import core_map_text
-from tests.core.test_sizing import Spec, machine, samples_of
+from tests.helpers.sizing import Spec, machine, samples_of
 
 PALETTE = Palette("red", "yellow", "green", "cyan", "grey", "dim", "white", ("blue", "magenta"))
 CPU0 = frozenset({0})

@@ -51,6 +51,7 @@ from affmon.tui.widgets.gpus import gpu_line
 from affmon.tui.widgets.processes import process_cells, thread_cells
 from tests.helpers.live import usable_cpus, workload
 from tests.helpers.recordings import load
+from tests.tui.helpers import is_active
 
 HWLOC_XML = Path(__file__).parent.parent / "fixtures" / "hwloc_xml"
 PALETTE = Palette("red", "yellow", "green", "cyan", "grey", "dim", "white", ("blue",))
@@ -79,19 +80,6 @@ HOSTILE = [
     "[bold red]",
     "[/]",
 ]
-
-
-def is_active(ch: str) -> bool:
-    """What a terminal acts on, written out here independently of affmon's table."""
-    o = ord(ch)
-    return (
-        o < 0x20
-        or 0x7F <= o < 0xA0
-        or o in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029)
-        or 0x202A <= o <= 0x202E
-        or 0x2066 <= o <= 0x2069
-        or 0xD800 <= o <= 0xDFFF
-    )
 
 
 def active(text: str, layout: str = "") -> list[str]:

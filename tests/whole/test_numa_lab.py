@@ -36,7 +36,7 @@ from affmon.core.model.cpuset import parse_cpulist
 from affmon.core.recording.format import topology_from_json
 from bench.numa import vm
 from bench.numa.lab_host import LabError, missing_packages
-from tests.collect.test_topology_sysfs import HwlocView, compare_cpu_side, parse_hwloc_xml
+from tests.helpers.topology_trees import HwlocView, compare_cpu_side, parse_hwloc_xml
 
 MIB = 1 << 20
 # Bytes a live process's resident set may move by between two reads (its interpreter's

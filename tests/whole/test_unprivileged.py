@@ -25,8 +25,9 @@ from typing import Any
 
 import pytest
 
-from tests.collect.test_topology_sysfs import extract_tree
 from tests.helpers.live import usable_cpus, workload
+from tests.helpers.proc import thread_masks
+from tests.helpers.topology_trees import extract_tree
 
 REPO = Path(__file__).resolve().parent.parent.parent
 AFFMON = REPO / "affmon"
@@ -58,10 +59,6 @@ def affmon(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[
     return subprocess.run(
         [*prefix, sys.executable, "-m", "affmon", *args], capture_output=True, text=True, timeout=60, cwd=REPO, env=env
     )
-
-
-def masks(pid: int) -> dict[int, frozenset[int]]:
-    return {int(t): frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")}
 
 
 def one_line_refusal(out: subprocess.CompletedProcess[str], status: int) -> str:
@@ -156,9 +153,9 @@ def test_files_nobody_may_not_read_are_unknown_not_zero(
 def test_pin_as_nobody_refuses_naming_cap_sys_nice_and_changes_nothing(nobody_home: Path, extra: list[str]) -> None:
     cpu = usable_cpus()[0]
     with workload("--sleepers", "2", "--child") as w:
-        before = {w["pid"]: masks(w["pid"]), w["child"]: masks(w["child"])}
+        before = {w["pid"]: thread_masks(w["pid"]), w["child"]: thread_masks(w["child"])}
         out = affmon("pin", str(w["pid"]), "--cpus", str(cpu), *extra, home=nobody_home)
-        after = {w["pid"]: masks(w["pid"]), w["child"]: masks(w["child"])}
+        after = {w["pid"]: thread_masks(w["pid"]), w["child"]: thread_masks(w["child"])}
     line = one_line_refusal(out, 1)
     assert "CAP_SYS_NICE" in line and f"PID {w['pid']} (user root)" in line
     assert after == before
