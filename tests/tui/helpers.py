@@ -161,3 +161,11 @@ def is_active(ch: str) -> bool:
         or 0x2066 <= o <= 0x2069
         or 0xD800 <= o <= 0xDFFF
     )
+
+
+async def press_and_finish(pilot: Pilot[None], *keys: str) -> None:
+    """Press ``keys``, wait for the workers they started (a pin, an undo) and let the
+    screen show their result."""
+    await pilot.press(*keys)
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()

@@ -18,7 +18,7 @@ from affmon.tui.widgets.detail import DetailText
 from affmon.tui.widgets.header import HeaderBar
 from affmon.tui.widgets.processes import ProcessTable
 from tests.helpers.recordings import load
-from tests.tui.helpers import FakePinner, ListSource, list_app, play, replay_app, step
+from tests.tui.helpers import FakePinner, ListSource, list_app, play, press_and_finish, replay_app, step
 
 SIZE = (160, 48)
 
@@ -127,9 +127,7 @@ async def test_repin_confirm_calls_the_pinner_with_the_suggested_cpus():
         text = shown_text(app, "#dialog-text")
         assert "current mask   0-1" in text and "suggested CPUs 0-15" in text and "[x] c  with children" in text
         assert pinner.calls == []  # nothing before Enter
-        await pilot.press("enter")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await press_and_finish(pilot, "enter")
         assert pinner.calls == [(695, proposal.suggestion.cpus, False, True)]
         assert "pinned to CPUs 0-15" in shown_text(app, "#dialog-text")
         await pilot.press("enter")
@@ -146,9 +144,7 @@ async def test_repin_toggles_isolate_and_children():
         assert "move these off those CPUs" in shown_text(app, "#dialog-text")
         await pilot.press("i", "c")
         assert "[x] i  isolate" in shown_text(app, "#dialog-text")
-        await pilot.press("enter")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await press_and_finish(pilot, "enter")
         assert [(pid, isolate, children) for pid, _, isolate, children in pinner.calls] == [(608, True, False)]
 
 
@@ -169,9 +165,7 @@ async def test_repin_failure_is_shown():
     app = replay_app("narrow", pinner)
     async with app.run_test(size=SIZE) as pilot:
         await play(pilot)
-        await pilot.press("r", "enter")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await press_and_finish(pilot, "r", "enter")
         text = shown_text(app, "#dialog-text")
         assert "not pinned: not permitted" in text and "put back as it was" in text
         await pilot.press("escape")
@@ -186,9 +180,7 @@ async def test_undo_asks_then_undoes_and_says_so():
         await pilot.press("u")
         assert isinstance(app.screen, UndoScreen) and pinner.undos == 0
         assert "PID 695 pinned to CPUs 0-15" in shown_text(app, "#dialog-text")
-        await pilot.press("enter")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await press_and_finish(pilot, "enter")
         assert pinner.undos == 1 and "undone" in shown_text(app, "#dialog-text")
         await pilot.press("enter")
         await pilot.press("u")  # nothing left to undo: no dialog

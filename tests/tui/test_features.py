@@ -33,7 +33,7 @@ from affmon.tui.tune_screen import TuneScreen
 from affmon.tui.widgets.detail import DetailText, ProcessPlot
 from tests.helpers.live import workload
 from tests.helpers.recordings import load, monitor
-from tests.tui.helpers import FakePinner, list_app, play, replay_app
+from tests.tui.helpers import FakePinner, list_app, play, press_and_finish, replay_app
 
 SIZE = (160, 48)
 GIB = 1 << 30
@@ -206,16 +206,12 @@ async def test_move_memory_is_off_by_default_and_its_toggle_passes_the_consent()
         await play(pilot)
         await pilot.press("r")
         assert "[ ] m  move memory too" in shown(app, "#dialog-text")
-        await pilot.press("enter")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await press_and_finish(pilot, "enter")
         assert pinner.moves == [False] and "memory:" not in shown(app, "#dialog-text")
         await pilot.press("enter")
         await pilot.press("r", "m")
         assert "[x] m  move memory too" in shown(app, "#dialog-text")
-        await pilot.press("enter")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await press_and_finish(pilot, "enter")
         assert pinner.moves == [False, True]
         assert "memory: one NUMA node: nothing to move" in shown(app, "#dialog-text")
         await pilot.press("enter")
@@ -228,9 +224,7 @@ async def test_in_a_replay_r_enter_says_a_replay_pins_nothing():
         await play(pilot)
         await pilot.press("r")
         assert "a replay pins nothing" in shown(app, "#dialog-keys")
-        await pilot.press("enter")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await press_and_finish(pilot, "enter")
         text = shown(app, "#dialog-text")
         assert "a replay pins nothing" in text and "not pinned:" not in text
         await pilot.press("escape")
