@@ -42,6 +42,7 @@ from affmon.actions.threads import OsAffinity
 from affmon.actions.undo import undo
 from affmon.collect.identity import uptime_ticks
 from affmon.core.model.cpuset import CpuSet
+from tests.helpers.crash import crashing_pin
 from tests.helpers.live import workload
 from tests.helpers.pinning import BOTH, REPO, A, B, cpus, masks, spawner
 from tests.helpers.proc import start_ticks
@@ -231,24 +232,6 @@ def test_undo_after_twenty_stacked_pins_restores_the_masks_from_before_the_first
         assert not undo(journal, pid).ok  # nothing left
 
 
-CRASHING_PIN = """
-import os, sys
-from affmon.actions.journal import Journal
-from affmon.actions.threads import OsAffinity
-from affmon.actions.pin import pin
-
-class Crash(OsAffinity):
-    sets = 0
-    def set(self, tid, cpus):
-        Crash.sets += 1
-        if Crash.sets == 3:
-            os._exit(70)  # killed between two system calls: no rollback, no journal update
-        super().set(tid, cpus)
-
-pin(int(sys.argv[1]), {int(sys.argv[2])}, ops=Crash(), journal=Journal(sys.argv[3]))
-"""
-
-
 def test_a_stacked_pin_killed_half_way_is_undone_to_the_pin_below(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     journal = Journal(path)
@@ -259,7 +242,7 @@ def test_a_stacked_pin_killed_half_way_is_undone_to_the_pin_below(tmp_path: Path
         a_tick_later()
         assert pin(pid, cpus(A), journal=journal).ok
         below = masks(pid)
-        crashed = subprocess.run([sys.executable, "-c", CRASHING_PIN, str(pid), str(B), str(path)], cwd=REPO)
+        crashed = subprocess.run(crashing_pin(pid, B, path, after=3), cwd=REPO)
         assert crashed.returncode == 70
         assert sorted(masks(pid).values(), key=sorted).count(cpus(B)) == 2  # two threads moved, then the kill
         first, killed = journal.entries()

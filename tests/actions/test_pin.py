@@ -23,6 +23,7 @@ from affmon.actions.threads import DryRunAffinity, OsAffinity
 from affmon.actions.undo import undo
 from affmon.collect.procfs import PF_KTHREAD, PF_NO_SETAFFINITY, ProcFs
 from affmon.core.model.cpuset import CpuSet, parse_cpulist
+from tests.helpers.crash import crashing_pin
 from tests.helpers.live import workload
 from tests.helpers.pinning import BOTH, REPO, A, B, HookedOps, cpus, masks, spawner
 from tests.helpers.proc import start_ticks
@@ -339,29 +340,11 @@ def test_the_journal_entry_is_on_disk_before_the_first_change(tmp_path: Path) ->
         assert all(t.start_ticks == PROC.stat(w["pid"], t.tid).start_ticks for t in entry.threads)  # type: ignore[union-attr]
 
 
-CRASHING_PIN = """
-import os, sys
-from affmon.actions.journal import Journal
-from affmon.actions.threads import OsAffinity
-from affmon.actions.pin import pin
-
-class Crash(OsAffinity):
-    sets = 0
-    def set(self, tid, cpus):
-        Crash.sets += 1
-        if Crash.sets == 3:
-            os._exit(70)  # killed between two system calls: no rollback, no journal update
-        super().set(tid, cpus)
-
-pin(int(sys.argv[1]), {int(sys.argv[2])}, ops=Crash(), journal=Journal(sys.argv[3]))
-"""
-
-
 def test_a_pin_that_crashed_half_way_is_undone_from_the_journal(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     with workload("--cpus", f"{A},{B}", "--sleepers", "3", "--sleeper-cpus", str(A)) as w:
         before = masks(w["pid"])
-        argv = [sys.executable, "-c", CRASHING_PIN, str(w["pid"]), str(B), str(path)]
+        argv = crashing_pin(w["pid"], B, path, after=3)
         crashed = subprocess.run(argv, cwd=REPO, capture_output=True)
         assert crashed.returncode == 70, crashed.stderr.decode()
         half = masks(w["pid"])

@@ -20,6 +20,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))  # run as a script inside the namespace too
 
+from tests.helpers.crash import crashing_undo  # noqa: E402
 from tests.helpers.live import needs_namespace, run_in_namespace, scenario_main  # noqa: E402
 from tests.helpers.proc import sleepers, start_ticks  # noqa: E402
 
@@ -41,23 +42,6 @@ def test_diagnose_after_an_undo_killed_half_way_says_to_run_undo_again() -> None
 
 # -- the scenario, inside the namespace ----------------------------------------------------
 
-CRASHING_UNDO = """
-import os, sys
-from affmon.actions.journal import Journal
-from affmon.actions.threads import OsAffinity
-from affmon.actions.undo import undo
-
-class Crash(OsAffinity):
-    sets = 0
-    def set(self, tid, cpus):
-        Crash.sets += 1
-        if Crash.sets == 11:
-            os._exit(70)
-        super().set(tid, cpus)
-
-undo(Journal(sys.argv[2]), int(sys.argv[1]), ops=Crash())
-"""
-
 
 def killed_undo_diagnosed(state: Path) -> dict[str, Any]:
     from affmon.actions.journal import Journal, default_journal_path, expected_masks
@@ -71,7 +55,7 @@ def killed_undo_diagnosed(state: Path) -> dict[str, Any]:
     try:
         pinned = pin(job.pid, {a}, journal=journal)
         assert pinned.ok and pinned.journal_id is not None
-        killed = subprocess.run([sys.executable, "-c", CRASHING_UNDO, str(job.pid), str(path)], cwd=REPO)
+        killed = subprocess.run(crashing_undo(job.pid, path, after=11), cwd=REPO)
         still = sum(
             os.sched_getaffinity(int(t)) == {a} for t in os.listdir(f"/proc/{job.pid}/task")
         )  # fmt: skip

@@ -26,6 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))  # run as a script inside the namespace too
 
+from tests.helpers.crash import crashing_pin, crashing_undo  # noqa: E402
 from tests.helpers.live import needs_namespace, run_in_namespace, scenario_main  # noqa: E402
 from tests.helpers.proc import sleepers, thread_masks  # noqa: E402
 
@@ -85,40 +86,6 @@ def test_a_pin_refused_before_any_change_leaves_no_entry() -> None:
 
 # -- the scenarios, inside the namespace ---------------------------------------------------
 
-CRASHING_PIN = """
-import os, sys
-from affmon.actions.journal import Journal
-from affmon.actions.threads import OsAffinity
-from affmon.actions.pin import pin
-
-class Crash(OsAffinity):
-    sets = 0
-    def set(self, tid, cpus):
-        Crash.sets += 1
-        if Crash.sets == 11:
-            os._exit(70)  # killed between two system calls: no rollback, no journal update
-        super().set(tid, cpus)
-
-pin(int(sys.argv[1]), {int(sys.argv[2])}, ops=Crash(), journal=Journal(sys.argv[3]))
-"""
-
-CRASHING_UNDO = """
-import os, sys
-from affmon.actions.journal import Journal
-from affmon.actions.threads import OsAffinity
-from affmon.actions.undo import undo
-
-class Crash(OsAffinity):
-    sets = 0
-    def set(self, tid, cpus):
-        Crash.sets += 1
-        if Crash.sets == 11:
-            os._exit(70)
-        super().set(tid, cpus)
-
-undo(Journal(sys.argv[2]), int(sys.argv[1]), ops=Crash())
-"""
-
 
 def killed_pin_then_pin(state: Path) -> dict[str, Any]:
     from affmon.actions.journal import Journal
@@ -131,7 +98,7 @@ def killed_pin_then_pin(state: Path) -> dict[str, Any]:
     job = sleepers(30)
     try:
         before = thread_masks(job.pid, skip_exited=True)
-        crashed = subprocess.run([sys.executable, "-c", CRASHING_PIN, str(job.pid), str(a), str(path)], cwd=REPO)
+        crashed = subprocess.run(crashing_pin(job.pid, a, path, after=11), cwd=REPO)
         assert crashed.returncode == 70
         assert pin(job.pid, {b}, journal=journal).ok
         states_before = [e.state for e in journal.heads()]
@@ -163,7 +130,7 @@ def killed_undo(state: Path) -> dict[str, Any]:
         before = thread_masks(job.pid, skip_exited=True)
         pinned = pin(job.pid, {a}, journal=journal)
         assert pinned.ok and pinned.journal_id is not None
-        killed = subprocess.run([sys.executable, "-c", CRASHING_UNDO, str(job.pid), str(path)], cwd=REPO)
+        killed = subprocess.run(crashing_undo(job.pid, path, after=11), cwd=REPO)
         half = thread_masks(job.pid, skip_exited=True)
         state_after_kill = journal.get(pinned.journal_id).state
         expected = expected_masks(journal)
