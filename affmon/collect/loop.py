@@ -483,7 +483,10 @@ class LoopWatcher:
     """One background thread probing every watched loop at ``rate_hz`` (each gap jittered
     uniformly between half and one and a half periods, so probes cannot lock onto a loop
     whose step has the same period). ``windows`` closes the interval of each;
-    ``set_samplers`` changes which loops are probed (ranks come and go).
+    ``set_samplers`` changes which loops are probed (ranks come and go). With no loop to
+    probe the thread sleeps until it is given one, instead of waking ``rate_hz`` times a
+    second for nothing (each wake costs the thread 50-145 us of CPU on the 2-core VM:
+    docs/loop.md, Cost).
 
     The thread is a daemon and ``stop`` joins it, so a watcher never keeps a process alive.
     A sampler whose read fails in an unexpected way (an ``OSError`` the readers do not turn
@@ -498,6 +501,8 @@ class LoopWatcher:
         self.failed: dict[int, str] = {}  # pid -> why its sampler was dropped
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._probing = threading.Event()  # set while there is a loop to probe, or on stop
+        self._follow_samplers()
         self._random = random.Random(seed)
         self._thread = threading.Thread(target=self._run, name="affmon-loop", daemon=True)
 
@@ -513,7 +518,9 @@ class LoopWatcher:
             self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        with self._lock:  # not between another thread's look at ``_stop`` and its clear
+            self._stop.set()
+            self._probing.set()
         if self._thread.is_alive():
             self._thread.join()
 
@@ -522,7 +529,7 @@ class LoopWatcher:
         return self._thread.is_alive()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.period_s * self._random.uniform(0.5, 1.5)):
+        while self._probing.wait() and not self._stop.wait(self.period_s * self._random.uniform(0.5, 1.5)):
             with self._lock:
                 for sampler in list(self.samplers):
                     try:
@@ -530,11 +537,20 @@ class LoopWatcher:
                     except (OSError, ParseError, ValueError) as exc:
                         self.failed[sampler.pid] = f"the probe failed: {exc}"
                         self.samplers.remove(sampler)
+                self._follow_samplers()
 
     def set_samplers(self, samplers: Iterable[LoopSampler]) -> None:
         """Probe these from now on (a sampler already watched keeps its interval going)."""
         with self._lock:
             self.samplers = list(samplers)
+            self._follow_samplers()
+
+    def _follow_samplers(self) -> None:
+        """The thread probes while there are samplers (called with the lock held)."""
+        if self.samplers:
+            self._probing.set()
+        elif not self._stop.is_set():
+            self._probing.clear()
 
     def windows(self) -> list[LoopWindow]:
         found = []
@@ -545,4 +561,5 @@ class LoopWatcher:
                 except (OSError, ParseError, ValueError) as exc:
                     self.failed[sampler.pid] = f"the probe failed: {exc}"
                     self.samplers.remove(sampler)
+            self._follow_samplers()
         return found

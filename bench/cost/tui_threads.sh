@@ -10,7 +10,9 @@
 # SCHEDSTAT=1: each thread's time on a CPU from /proc/PID/task/TID/schedstat (nanoseconds, as
 # the scheduler counts it) in place of utime + stime (clock ticks: 0.33 ms a second over 30 s,
 # and a thread that wakes for microseconds at a time is charged only the ticks it is caught in).
-#   [RANKS=1] [THREADS=0] [JOB=...] [JOB_PID=1] [PYTHON=...] [SCHEDSTAT=1] bench/cost/tui_threads.sh [SECONDS]
+# GONE=1: the ranks exit 6 s after they start, before the window: what the monitor costs once
+# the job it watched has ended.
+#   [RANKS=1] [THREADS=0] [JOB=...] [JOB_PID=1] [PYTHON=...] [SCHEDSTAT=1] [GONE=1] bench/cost/tui_threads.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-40}
@@ -20,10 +22,12 @@ ranks=${RANKS:-1}
 threads=${THREADS:-0}
 pids=()
 sock="affmon-threads-$$"
+rank_s=$((secs + 60))
+[ -z "${GONE:-}" ] || rank_s=6
 cleanup() { tmux -L "$sock" kill-server 2>/dev/null || true; kill "${pids[@]}" 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 for r in $(seq 1 "$ranks"); do
-  "$py" -m bench.workloads.ranks --seconds $((secs + 60)) --seed "$r" > "$tmp/rank$r.json" &
+  "$py" -m bench.workloads.ranks --seconds "$rank_s" --seed "$r" > "$tmp/rank$r.json" &
   pids+=($!)
 done
 if [ "$threads" -gt 0 ]; then
@@ -44,6 +48,7 @@ fi
 for r in $(seq 1 "$ranks"); do while [ ! -s "$tmp/rank$r.json" ]; do sleep 0.2; done; done
 tmux -L "$sock" new-session -d -x 140 -y 40 "env -u COLUMNS -u LINES $py -m affmon --interval 1 $args"
 tmux -L "$sock" new-window -d "env HOME=$tmp htop -d 10"
+if [ -n "${GONE:-}" ]; then for r in $(seq 1 "$ranks"); do wait "${pids[$((r - 1))]}" || true; done; fi
 sleep 8
 monitor=$(tmux -L "$sock" list-panes -t 0 -F '#{pane_pid}')
 htop=$(tmux -L "$sock" list-panes -t 1 -F '#{pane_pid}')
