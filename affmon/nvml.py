@@ -32,6 +32,15 @@ at every tick while the samples of the same seconds averaged 28-29%
 second of them at the first tick), and falls back to the rates' reading where that is
 unsupported or no sample is new (a tick shorter than the driver's period). Memory
 utilisation still comes from the rates' last period.
+
+That mean costs: ``nvmlDeviceGetSamples`` took 2.0-2.4 ms of CPU a call on an H100 (driver
+580.159.04; the same with 6 samples new as with the driver's 71), where every other call
+of a tick took 1-40 us and the PCIe counters 0.27-0.29 ms (``bench/gpu/nvml_call_cost.py``).
+So a GPU that looks idle (the rates' last period 0%, no process on it) and whose samples
+read at the last look were all 0% has them read every ``IDLE_UTIL_EVERY`` ticks only, each
+read covering the ticks between; the ticks between show the rates' 0%. A load NVML does not
+list (another container's, where the driver cannot name its processes) shows at the next
+read, and from then on its samples are read every tick until they are all 0% again.
 """
 
 from __future__ import annotations
@@ -65,6 +74,7 @@ _VALUE_FIELDS = {
 }
 PCIE_WINDOW_S = 0.02
 FIRST_UTIL_WINDOW_US = 1_000_000  # at the first tick: the samples of the last second
+IDLE_UTIL_EVERY = 5  # an idle-looking GPU's utilisation samples are read every this many ticks
 
 
 # nvmlDeviceGetCpuAffinity fills this many 64-bit words: every CPU id Linux can have.
@@ -127,6 +137,8 @@ class _Device:
         self.cpu_affinity: CpuSet | None = None
         self.static_read = False
         self.util_seen_us = 0  # NVML timestamp of the newest utilisation sample read
+        self.util_quiet = False  # every utilisation sample read at the last look was 0%
+        self.util_skipped = 0  # ticks since then that read none (the GPU looked idle)
 
 
 NO_PACKAGE = "no NVML: the nvidia-ml-py package is not installed; running CPU-only"
@@ -324,7 +336,8 @@ class NvmlGateway:
             if not device.static_read:
                 self._read_static(device)
             util = self._call(device, "util", lambda: nvml.nvmlDeviceGetUtilizationRates(h))
-            busy = self._util_since_last_tick(device)
+            processes = self._processes(device)
+            busy = self._util_since_last_tick(device, idle=util is not None and int(util.gpu) == 0 and not processes)
             memory = self._call(device, "memory", lambda: nvml.nvmlDeviceGetMemoryInfo(h))
             tx_window = rx_window = None
             if "pcie_counters" in device.unsupported:
@@ -335,7 +348,6 @@ class NvmlGateway:
             power_mw = self._call(device, "power", lambda: nvml.nvmlDeviceGetPowerUsage(h))
             sm_clock = self._call(device, "sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
             mem_clock = self._call(device, "mem_clock", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM))
-            processes = self._processes(device)
         except _GpuLost:
             return self._lost(device)
         return GpuSample(
@@ -358,9 +370,15 @@ class NvmlGateway:
             processes=processes,
         )
 
-    def _util_since_last_tick(self, device: _Device) -> int | None:
-        """The mean of the GPU-utilisation samples NVML took since the last tick (the last
-        second of them at the first); None where the call is refused or nothing is new."""
+    def _util_since_last_tick(self, device: _Device, idle: bool = False) -> int | None:
+        """The mean of the GPU-utilisation samples NVML took since the last look (the last
+        second of them at the first); None where the call is refused, nothing is new, or the
+        GPU looks ``idle`` and its samples at the last look were all 0% (read again every
+        ``IDLE_UTIL_EVERY`` ticks)."""
+        if idle and device.util_quiet and device.util_skipped < IDLE_UTIL_EVERY - 1:
+            device.util_skipped += 1
+            return None
+        device.util_skipped = 0
         nvml, h, since = self.nvml, device.handle, device.util_seen_us
         answer = self._call(
             device, "util_samples", lambda: nvml.nvmlDeviceGetSamples(h, nvml.NVML_GPU_UTILIZATION_SAMPLES, since)
@@ -376,6 +394,7 @@ class NvmlGateway:
         floor = since if since else newest - FIRST_UTIL_WINDOW_US
         values = [value for stamp, value in read if stamp > floor]
         device.util_seen_us = max(since, newest)
+        device.util_quiet = not any(values)
         return round(sum(values) / len(values)) if values else None
 
     def _lost(self, device: _Device) -> GpuSample:

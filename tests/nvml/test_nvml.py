@@ -9,7 +9,7 @@ import pytest
 from affmon.core.model.rates import make_snapshot
 from affmon.core.model.samples import Sample
 from affmon.core.model.topology import Gpu, NumaNode, Topology
-from affmon.nvml import NvmlGateway
+from affmon.nvml import IDLE_UTIL_EVERY, NvmlGateway
 from tests.helpers.fake_pynvml import (
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_GPU_IS_LOST,
@@ -226,6 +226,64 @@ def test_samples_not_supported_use_the_rates_and_are_not_asked_again():
     g = gateway(gpu)
     assert [g.sample()[0].util_percent for _ in range(3)] == [73, 73, 73]
     assert gpu.calls["samples"] == 1
+
+
+def test_an_idle_gpu_has_its_samples_read_every_few_ticks_only():
+    """Rates at 0%, no process, samples all 0%: the costly samples call (2-2.4 ms of CPU on
+    an H100) is made every IDLE_UTIL_EVERY ticks; every tick still reads 0%."""
+    gpu = FakeGpu(util=0)
+    g = gateway(gpu)
+    ticks = 3 * IDLE_UTIL_EVERY
+    assert [g.sample()[0].util_percent for _ in range(ticks)] == [0] * ticks
+    assert gpu.calls["samples"] == 3
+    assert gpu.calls["util"] == ticks  # the cheap reading, every tick
+
+
+@pytest.mark.parametrize(
+    "busy",
+    [
+        {"util": 0, "pids": [(4242, 1 << 30)]},  # a process on it, between kernels at the rates' last period
+        {"util": 12, "pids": []},  # the rates' last period busy
+    ],
+)
+def test_a_gpu_that_does_not_look_idle_has_its_samples_read_every_tick(busy):
+    gpu = FakeGpu(**busy)
+    g = gateway(gpu)
+    for _ in range(2 * IDLE_UTIL_EVERY):
+        g.sample()
+    assert gpu.calls["samples"] == 2 * IDLE_UTIL_EVERY
+
+
+def test_a_load_nvml_does_not_list_shows_at_the_next_read_and_is_then_read_every_tick():
+    """Another container's job: no process NVML can name, the rates' last period 0%, its
+    samples busy 30% of each second. It shows within IDLE_UTIL_EVERY ticks, as the mean of
+    the ticks since the last read, and from then on every tick."""
+    period = 200_000  # us: the H200's and H100's samples
+    per_tick = 1_000_000 // period
+    samples = [(T0 + i * period, 0) for i in range(per_tick)]
+    gpu = FakeGpu(util=0, util_samples=samples)
+    g = gateway(gpu)
+
+    def tick(values: list[int]) -> int | None:
+        start = samples[-1][0]
+        samples.extend((start + (i + 1) * period, v) for i, v in enumerate(values))
+        return g.sample()[0].util_percent
+
+    assert g.sample()[0].util_percent == 0  # a read: all 0%
+    shown = [tick([0] * per_tick), tick([90, 53, 0, 0, 0])]  # skipped, skipped: the rates' 0%
+    assert shown == [0, 0] and gpu.calls["samples"] == 1
+    read_at = None
+    for n in range(IDLE_UTIL_EVERY):
+        value = tick([90, 53, 0, 0, 0])
+        if gpu.calls["samples"] == 2:
+            read_at, shown_then = n, value
+            break
+    assert read_at is not None, "the hidden load was never read"
+    busy_ticks = read_at + 2  # the busy seconds since the read that found all 0%
+    assert shown_then == round(143 * busy_ticks / (per_tick * (busy_ticks + 1)))  # the mean since that read
+    for n in range(3):
+        assert tick([92, 53, 0, 0, 0]) == 29
+        assert gpu.calls["samples"] == 3 + n
 
 
 # -- NUMA node and CPU affinity -------------------------------------------------------
