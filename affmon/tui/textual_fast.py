@@ -52,6 +52,8 @@ from textual._parser import ParseError
 from textual._time import get_time
 from textual._xterm_parser import XTermParser
 from textual.cache import LRUCache
+from textual.color import Color
+from textual.coordinate import Coordinate
 from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
 from textual.geometry import Region
@@ -359,9 +361,16 @@ def driver_class(chosen: type[Driver], early: EarlyScreen | None = None, on: boo
 # (``python -m bench.cost.tui_memory --ticks 600 --every 100``): 7.0 MiB with the bounds,
 # 15.6 MiB without them (a copy of the tree), 29.5 MiB with ``AFFMON_STOCK_TEXTUAL=table``.
 #
-# Three more parts measured nothing (the UI thread within the runs' spread, one rank and
-# four): styles looked up once a pass of lines, a row's line assembled without the header's
-# style, the header row's cells cached apart. They are gone.
+# A row's line (``_render_line_in_row``) is drawn with what every line of a pass shares
+# looked up once: Textual's looks up the columns' widths, the header's style, the table's
+# background and the style of the space right of the cells again for each line, and the
+# style and background walk every ancestor's styles. Drawing every line of a 30-row table
+# whose rows all changed: 189-200 us of CPU a line against 241-252 with Textual's own
+# (``python -m bench.cost.table_lines``, twice, 2-core VM). Watched as a whole (the UI
+# thread in ``tui_threads.sh``, four ranks and one, alternated) the change was within the
+# runs' spread, as were three parts tried before and gone: styles looked up once a pass of
+# lines, a row's line assembled without the header's style, the header row's cells cached
+# apart.
 
 RENDER_CACHE_CELLS = 4096  # a 160x48 screen shows about 600 cells; the rest are cursor and hover variants
 TEXTUAL_CELLS_KEPT = 512
@@ -370,6 +379,20 @@ TEXTUAL_LINES_KEPT = 256
 ROW_REPAINTS = 16  # more rows changed than this (a re-sort): one repaint of the whole table
 
 Table = TypeVar("Table", bound=CellTable)
+
+
+class _RowLook:
+    """``LeanTable._row_look``: what the lines of one pass share, and the row styles made in it."""
+
+    __slots__ = ("background", "extend_styles", "key", "remaining", "row_styles", "widths")
+
+    def __init__(self, key: tuple[object, ...], widths: list[int], remaining: int, background: Any) -> None:
+        self.key = key
+        self.widths = widths
+        self.remaining = remaining  # blank columns right of the last cell
+        self.background = background
+        self.row_styles: dict[int, Style] = {}  # by the row's kind: header, fixed, odd, even, other
+        self.extend_styles: dict[tuple[object, ...], Style] = {}
 
 
 class LeanTable(CellTable):
@@ -383,6 +406,7 @@ class LeanTable(CellTable):
         self._renders: dict[tuple[object, ...], tuple[Text, list[list[Segment]]]] = {}
         self._drawn: dict[tuple[object, ...], list[list[Segment]]] = {}  # by what the cell draws, not where
         self._metas: dict[tuple[int, int, bool], Style] = {}  # ``_meta``
+        self._look: _RowLook | None = None  # ``_row_look``
         self.cell_renders = 0  # cells rendered through Rich (a figure for tests)
 
     def write_cell(self, row: str, column: ColumnKey, value: Text) -> None:
@@ -409,6 +433,121 @@ class LeanTable(CellTable):
         self._renders.clear()
         self._drawn.clear()
         return super().clear(columns)
+
+    def notify_style_update(self) -> None:
+        self._look = None  # a theme, a class: the styles of every row's line may have changed
+        super().notify_style_update()
+
+    def _row_look(self, base_style: Style) -> _RowLook:
+        """What every row's line of this pass shares: the columns' widths, the blank space
+        right of them and the table's background. Textual's ``_render_line_in_row`` looks
+        each up again for each line it renders, with the header's style, which only row
+        labels and fixed columns use (that style and the background walk every ancestor's
+        styles)."""
+        key = (
+            self._update_count,
+            self.size.width,
+            base_style,
+            self._pseudo_class_state,
+            self.cursor_type,
+            self.show_cursor,
+            self._show_hover_cursor,
+        )
+        look = self._look
+        if look is None or look.key != key:
+            widths = [column.get_render_width(self) for column in self.ordered_columns]
+            table_width = sum(widths[self.fixed_columns :]) + self._row_label_column_width
+            look = self._look = _RowLook(key, widths, max(0, self.size.width - table_width), self.background_colors[1])
+        return look
+
+    def _render_line_in_row(
+        self,
+        row_key: RowKey,
+        line_no: int,
+        base_style: Style,
+        cursor_location: Coordinate,
+        hover_location: Coordinate,
+    ) -> tuple[list[list[Segment]], list[list[Segment]]]:
+        """Textual's, for a table with no row labels and no fixed columns (the monitor's),
+        with what every line of a pass shares looked up once (``_row_look``) and the styles
+        of a row's kind and of the space right of its cells made once a pass; any other
+        table is Textual's own."""
+        if (self._labelled_row_exists and self.show_row_labels) or self.fixed_columns:
+            return super()._render_line_in_row(row_key, line_no, base_style, cursor_location, hover_location)
+        cursor_type = self.cursor_type
+        cache_key = (
+            row_key,
+            line_no,
+            base_style,
+            cursor_location,
+            hover_location,
+            cursor_type,
+            self.show_cursor,
+            self._show_hover_cursor,
+            self._update_count,
+            self._pseudo_class_state,
+        )
+        cached = self._row_render_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        look = self._row_look(base_style)
+        found = self._row_locations.get(row_key) if row_key in self._row_locations else None
+        row_index = -1 if found is None else found
+        kind = (
+            -1
+            if row_index == -1
+            else -2
+            if row_index < self.fixed_rows
+            else row_index % 2
+            if self.zebra_stripes
+            else -3
+        )
+        row_style = look.row_styles.get(kind)
+        if row_style is None:
+            row_style = look.row_styles[kind] = self._get_row_style(row_index, base_style)
+        should_highlight = self._should_highlight
+        render_cell = self._render_cell
+        scrollable_row: list[list[Segment]] = []
+        for column_index, width in enumerate(look.widths):
+            cell_location = Coordinate(row_index, column_index)
+            scrollable_row.append(
+                render_cell(
+                    row_index,
+                    column_index,
+                    row_style,
+                    width,
+                    cursor=should_highlight(cursor_location, cell_location, cursor_type),
+                    hover=should_highlight(hover_location, cell_location, cursor_type),
+                )[line_no]
+            )
+        if cursor_type == "row":
+            hover = should_highlight(hover_location, Coordinate(row_index or 0, 0), cursor_type)
+            extend_key: tuple[object, ...] = (kind, row_index == -1, hover, row_index == cursor_location.row)
+        else:
+            extend_key = (kind,)
+        extend_style = look.extend_styles.get(extend_key)
+        if extend_style is None:
+            extend_style = look.extend_styles[extend_key] = self._extend_style(
+                row_index, row_style, look.background, extend_key
+            )
+        scrollable_row.append([Segment(" " * look.remaining, extend_style + self._meta(row_index, 0, True))])
+        row_pair: tuple[list[list[Segment]], list[list[Segment]]] = ([], scrollable_row)
+        self._row_render_cache[cache_key] = row_pair
+        return row_pair
+
+    def _extend_style(self, row_index: int, row_style: Style, background: Any, key: tuple[object, ...]) -> Style:
+        """The style of the space right of a row's cells, as Textual's ``_render_line_in_row``
+        makes it, less the place (added by the caller)."""
+        if self.cursor_type == "row":
+            _, header, hover, cursor = key
+            extend, _ = self._get_styles_to_render_cell(
+                header, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor, False, False
+            )
+            return row_style + extend
+        if row_style.bgcolor is not None:
+            faded = Color.from_rich_color(row_style.bgcolor).blend(background, factor=0.25)
+            return Style.from_color(color=row_style.color, bgcolor=faded.rich_color)
+        return Style.from_color(row_style.color, row_style.bgcolor)
 
     def _meta(self, row: int, column: int, out_of_bounds: bool = False) -> Style:
         """The style that carries a place on screen (what a mouse click reads), made once

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.drivers.linux_driver import LinuxDriver
 from textual.widgets import DataTable
@@ -22,6 +23,7 @@ from affmon.tui import textual_fast
 from affmon.tui.model.views import ThreadRow
 from affmon.tui.palette import palette
 from affmon.tui.textual_fast import ALL, DRIVER, SWITCH, TABLE, LeanTable, QuietLinuxDriver
+from affmon.tui.widgets.celltable import CellTable
 from affmon.tui.widgets.detail import ThreadTable
 from tests.tui.helpers import list_app, step
 
@@ -163,6 +165,62 @@ async def test_a_stock_table_shows_what_a_lean_one_does():
             assert stock.row_count == lean.row_count == len(rows)
             for y in range(len(rows) + 1):
                 assert list(stock.render_line(y)) == list(lean.render_line(y)), y
+
+
+async def test_a_lean_row_cursor_table_draws_its_lines_as_textuals_own():
+    """A table with a row cursor (as the process table): every line, header, rows and the
+    space right of the cells, as Textual's own draws it, with the cursor on each row in
+    turn, focused and not, with the mouse over a row, and as a column widens."""
+
+    class Both(App[None]):
+        CSS = "CellTable { height: 8; }"
+
+        def compose(self) -> ComposeResult:
+            yield CellTable(id="stock", cursor_type="row", zebra_stripes=False, cell_padding=1)
+            yield textual_fast.table_class(CellTable, True)(
+                id="lean", cursor_type="row", zebra_stripes=False, cell_padding=1
+            )
+
+    def lines(table: CellTable) -> list[list[object]]:
+        return [list(table.render_line(y)) for y in range(table.row_count + 1)]
+
+    app = Both()
+    async with app.run_test(size=(90, 20)) as pilot:
+        stock, lean = app.query_one("#stock", CellTable), app.query_one("#lean", CellTable)
+        assert isinstance(lean, LeanTable) and not isinstance(stock, LeanTable)
+        for table in (stock, lean):
+            table.add_columns("PID", "COMMAND", "CPU%")
+        for rows in (
+            [(Text("10"), Text("python"), Text("90.0", style="bold red")), (Text("11"), Text("sh"), Text("5.0"))],
+            [(Text("10"), Text("python"), Text("91.0")), (Text("11"), Text("a much longer command"), Text("5.0"))],
+            [
+                (Text("12"), Text("x"), Text("1.0")),
+                (Text("10"), Text("python"), Text("91.0")),
+                (Text("11"), Text("y"), Text("2.0")),
+            ],
+        ):
+            for table in (stock, lean):
+                table.put_rows(rows)
+            await pilot.pause()
+            for row in range(len(rows)):
+                app.set_focus(None)
+                for table in (stock, lean):
+                    table.move_cursor(row=row)
+                await pilot.pause()
+                assert lines(stock) == lines(lean), ("unfocused", row)
+                drawn = []
+                for table in (stock, lean):
+                    app.set_focus(table)
+                    await pilot.pause()
+                    drawn.append(lines(table))
+                assert drawn[0] == drawn[1], ("focused", row)
+        app.set_focus(None)
+        drawn = []
+        for table in (stock, lean):
+            await pilot.hover(f"#{table.id}", offset=(3, 2))  # over the second row
+            await pilot.pause()
+            drawn.append(lines(table))
+        assert drawn[0] == drawn[1], "the mouse over a row"
 
 
 def _rich_renders(monkeypatch, rows: Callable[[int], bool]) -> list[tuple[int, int]]:
