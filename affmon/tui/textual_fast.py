@@ -438,6 +438,10 @@ class LeanTable(CellTable):
         self._look = None  # a theme, a class: the styles of every row's line may have changed
         super().notify_style_update()
 
+    def _clear_caches(self) -> None:
+        self._look = None  # whatever made Textual drop its renders (a cursor type, zebra stripes, a resize)
+        super()._clear_caches()
+
     def _row_look(self, base_style: Style) -> _RowLook:
         """What every row's line of this pass shares: the columns' widths, the blank space
         right of them and the table's background. Textual's ``_render_line_in_row`` looks
@@ -493,15 +497,10 @@ class LeanTable(CellTable):
         look = self._row_look(base_style)
         found = self._row_locations.get(row_key) if row_key in self._row_locations else None
         row_index = -1 if found is None else found
-        kind = (
-            -1
-            if row_index == -1
-            else -2
-            if row_index < self.fixed_rows
-            else row_index % 2
-            if self.zebra_stripes
-            else -3
-        )
+        if row_index == -1 or row_index < self.fixed_rows:
+            kind = -1 if row_index == -1 else -2  # the header, a fixed row
+        else:
+            kind = row_index % 2 if self.zebra_stripes else -3  # an odd or even row, any row
         row_style = look.row_styles.get(kind)
         if row_style is None:
             row_style = look.row_styles[kind] = self._get_row_style(row_index, base_style)
@@ -527,15 +526,13 @@ class LeanTable(CellTable):
             extend_key = (kind,)
         extend_style = look.extend_styles.get(extend_key)
         if extend_style is None:
-            extend_style = look.extend_styles[extend_key] = self._extend_style(
-                row_index, row_style, look.background, extend_key
-            )
+            extend_style = look.extend_styles[extend_key] = self._extend_style(row_style, look.background, extend_key)
         scrollable_row.append([Segment(" " * look.remaining, extend_style + self._meta(row_index, 0, True))])
         row_pair: tuple[list[list[Segment]], list[list[Segment]]] = ([], scrollable_row)
         self._row_render_cache[cache_key] = row_pair
         return row_pair
 
-    def _extend_style(self, row_index: int, row_style: Style, background: Any, key: tuple[object, ...]) -> Style:
+    def _extend_style(self, row_style: Style, background: Any, key: tuple[object, ...]) -> Style:
         """The style of the space right of a row's cells, as Textual's ``_render_line_in_row``
         makes it, less the place (added by the caller)."""
         if self.cursor_type == "row":
