@@ -99,6 +99,8 @@ def test_a_stalled_workers_place_is_read_again_only_once_it_ran(tree: Path) -> N
     write(tree, "/proc/101/task/101/syscall", call(0, 3))
 
     def window(at: float) -> list[tuple[str | None, str | None]]:
+        write(tree, "/proc/100/task/100/syscall", call(0, 5))  # the loop reads the worker's pipe
+        assert s.probe() == DATA_WAIT
         clock.now = at
         w = s.window()
         assert w.workers is not None
@@ -115,6 +117,28 @@ def test_a_stalled_workers_place_is_read_again_only_once_it_ran(tree: Path) -> N
     write(tree, "/proc/101/task/101/wchan", "pipe_read")
     write(tree, "/proc/101/task/101/syscall", call(0, 3))
     assert window(5.0) == [("pipe_read", "read")]
+
+
+def test_sleeping_workers_of_a_loop_not_waiting_for_data_are_not_looked_at(tree: Path) -> None:
+    """Workers that barely ran beside a loop never found waiting for data (asleep in its own
+    sleep, running): no rule reads where they sleep, so their files are not read."""
+    clock = Clock()
+    s = sampler(tree, clock)
+    write(tree, "/proc/101/task/101/stat", STAT.replace("100 (python)", "101 (python)"))
+    write(tree, "/proc/101/task/101/wchan", "pipe_read")
+    write(tree, "/proc/101/task/101/syscall", call(0, 3))
+    for at, loop in ((1.0, call(230, 0, 0, 0x1000)), (2.0, "running\n")):
+        write(tree, "/proc/100/task/100/syscall", loop)
+        assert s.probe() != DATA_WAIT
+        clock.now = at
+        w = s.window()
+        assert w.workers is not None and w.workers.count == 1
+        assert w.workers.waits == ()
+    write(tree, "/proc/100/task/100/syscall", call(0, 5))  # now it waits on the worker's pipe
+    assert s.probe() == DATA_WAIT
+    clock.now = 3.0
+    w = s.window()
+    assert w.workers is not None and [(t.wchan, t.syscall) for t in w.workers.waits] == [("pipe_read", "read")]
 
 
 def test_futex_is_other_when_the_feeder_sleeps_elsewhere(tree: Path) -> None:

@@ -226,7 +226,8 @@ class WorkerStats:
     rank and its workers may run on; ``free_cpus``: idle capacity of those CPUs over the
     interval (from ``/proc/stat``), in CPUs; None when unknown. ``waits``: where each of
     their threads slept at the interval's end, read only when the workers together ran
-    less than ``STALL_CPUS`` of a CPU (a stalled pipeline; otherwise empty)."""
+    less than ``STALL_CPUS`` of a CPU while the loop was found waiting for data (a stalled
+    pipeline; otherwise empty)."""
 
     count: int
     run_ns: int
