@@ -21,6 +21,7 @@ from affmon.core.model.loop import (
     RUNNING,
     SHARES,
     LoopWindow,
+    TaskWait,
     merge_windows,
 )
 from affmon.core.model.samples import Sample
@@ -162,6 +163,23 @@ def test_merged_windows_add_up(windows: list[LoopWindow]) -> None:
     runs = [w.run_ns for w in windows]
     assert m.run_ns == (None if None in runs else sum(r or 0 for r in runs))
     assert m.syscall_readable == all(w.syscall_readable for w in windows)
+
+
+def test_merged_windows_keep_the_newest_places_the_workers_were_read_asleep_in() -> None:
+    """A window reads where the workers sleep only when the loop waited for data in it; the
+    merged window (``diagnose`` over its run) keeps the newest places read, not nothing
+    because the last window had none."""
+    window = input_window(1.0)
+    assert window.workers is not None
+    older, newer = (TaskWait(201, 201, "S", place, "read") for place in ("pipe_read", "futex_wait_queue"))
+    read = [
+        dataclasses.replace(window, workers=dataclasses.replace(window.workers, waits=(w,))) for w in (older, newer)
+    ]
+    none = dataclasses.replace(window, workers=dataclasses.replace(window.workers, waits=()))
+    merged = merge_windows([read[0], read[1], none])
+    assert merged.workers is not None and merged.workers.waits == (newer,)
+    merged = merge_windows([none, none])
+    assert merged.workers is not None and merged.workers.waits == ()
 
 
 def test_loop_targets_are_the_ranks_and_the_named_pids() -> None:

@@ -314,7 +314,7 @@ def merge_windows(windows: list[LoopWindow]) -> LoopWindow:
             sum(w.wait_ns for w in seen),
             max(w.domain_cpus for w in seen),
             sum(s * f for s, f in known) / span if known and len(known) == len(free) and span > 0 else None,
-            seen[-1].waits,
+            next((w.waits for w in reversed(seen) if w.waits), ()),  # the newest places read
         )
     return LoopWindow(
         pid=first.pid,
