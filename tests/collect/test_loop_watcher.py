@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
 from affmon.collect.loop import LoopSampler, LoopWatcher
+from affmon.collect.procfs import parse_status
+from tests.helpers.export import wait_for
 
 
 class Counting:
@@ -38,15 +39,10 @@ def probe_thread() -> threading.Thread:
 
 def wakes(thread: threading.Thread) -> int:
     """The thread's voluntary context switches: one each time it slept and was woken."""
-    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
-    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("voluntary_ctxt_switches")))
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "not within the time given"
-        time.sleep(0.01)
+    assert thread.native_id is not None
+    status = parse_status(Path(f"/proc/self/task/{thread.native_id}/status").read_text())
+    assert status.voluntary_switches is not None
+    return status.voluntary_switches
 
 
 def test_with_no_loop_to_probe_the_thread_sleeps_until_it_is_given_one() -> None:
@@ -54,7 +50,7 @@ def test_with_no_loop_to_probe_the_thread_sleeps_until_it_is_given_one() -> None
     watcher = LoopWatcher([sampler(fake)], rate_hz=50, seed=1)
     watcher.start()
     try:
-        wait_for(lambda: fake.probes >= 5)
+        wait_for(lambda: fake.probes >= 5, 10.0, "the first probes")
         watcher.set_samplers([])
         thread = probe_thread()
         time.sleep(0.1)  # a probe pass under way when it was told ends
@@ -63,7 +59,7 @@ def test_with_no_loop_to_probe_the_thread_sleeps_until_it_is_given_one() -> None
         assert fake.probes == probes
         assert wakes(thread) - before <= 1
         watcher.set_samplers([sampler(fake)])
-        wait_for(lambda: fake.probes >= probes + 5)
+        wait_for(lambda: fake.probes >= probes + 5, 10.0, "probes again once given a loop")
     finally:
         watcher.stop()
     assert not watcher.running
@@ -74,7 +70,7 @@ def test_a_sampler_that_fails_is_dropped_and_the_thread_then_sleeps() -> None:
     watcher = LoopWatcher([sampler(fake)], rate_hz=50, seed=1)
     watcher.start()
     try:
-        wait_for(lambda: 4242 in watcher.failed)
+        wait_for(lambda: 4242 in watcher.failed, 10.0, "the failing sampler dropped")
         assert fake.probes == 1 and watcher.samplers == []
         thread = probe_thread()
         before = wakes(thread)
