@@ -58,6 +58,10 @@ def main() -> None:
     parser.add_argument("--tree", help="another checkout to measure after this one")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.windows < 3:
+        parser.error("--windows: at least 3 (the first two are left out)")
+    if args.tree and not (Path(args.tree) / "affmon" / "collect" / "loop.py").is_file():
+        parser.error(f"--tree: {args.tree} holds no affmon checkout")
     print(f"{'' if args.child else 'this tree: '}{measure(args.windows)}", flush=True)
     if args.tree and not args.child:
         # The script by its path: its own folder first on sys.path, then PYTHONPATH, so the
